@@ -1,0 +1,270 @@
+"""The lock algorithm, written once and free of I/O.
+
+The steps of an operation are generators that *yield* what they need done (run a
+script, start or await a blocking wait) and receive the result. A sync driver and an
+async driver (:mod:`django_distlock.engine.io`) carry the steps out, so both worlds run
+the same logic and differ only in how they talk to Redis.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import socket
+import time
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .exceptions import LockError
+from .keys import LockKeys
+from .scripts import ACQUIRE, PASS_ON, RELEASE, Script
+
+if TYPE_CHECKING:
+    from .backend import Backend
+
+__all__ = [
+    "Acquired",
+    "AwaitWait",
+    "Call",
+    "CancelWait",
+    "Hold",
+    "NotAcquired",
+    "Op",
+    "StartWait",
+    "Tuning",
+    "acquire_steps",
+    "owner_metadata",
+]
+
+HOSTNAME = socket.gethostname()
+
+
+@dataclass(frozen=True, slots=True)
+class Tuning:
+    """Timing knobs of the waiting and renewal protocol (seconds)."""
+
+    wait_cap: float = 1.0
+    """Longest a waiter sleeps before re-checking, whatever the holder's lease. It bounds
+    the cost of a lost wake-up and is how often a fair waiter confirms it is alive."""
+    waiter_liveness: float = 3.0
+    """How long a fair waiter keeps its place in the queue without confirming."""
+    fence_lifetime: float = 7 * 24 * 3600.0
+    """How long an unused fence counter is kept. When it lapses the next fence is seeded
+    from the server clock in microseconds, which is still larger than any fence given
+    before unless locks were taken more than once per microsecond on average."""
+    server_wait: float = 30.0
+    """Server-side timeout of one outstanding ``BLPOP``. Waking up is timed by the
+    client (see ``AwaitWait``); this only cleans up after a vanished client."""
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """Run ``script`` with ``keys`` and ``args``; the driver sends back the reply."""
+
+    script: Script
+    keys: tuple[str, ...]
+    args: tuple[str | int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class StartWait:
+    """Send ``BLPOP key`` on a dedicated connection without waiting for the answer."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitWait:
+    """Wait up to ``timeout`` seconds for the outstanding ``BLPOP`` to answer.
+
+    The driver sends back ``True`` when it answered (the wait is over) and ``False``
+    when the time ran out first (the ``BLPOP`` stays outstanding). Timing this on the
+    client matters: servers time out blocked clients only on their ``hz`` tick, up to
+    100 ms late, which would make waiters notice an expired holder late.
+    """
+
+    timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class CancelWait:
+    """End the outstanding ``BLPOP`` (``CLIENT UNBLOCK``); the driver sends back
+    ``True`` when it had already consumed a wake-up."""
+
+
+Op = Call | StartWait | AwaitWait | CancelWait
+
+
+@dataclass(frozen=True, slots=True)
+class Acquired:
+    """The lock was taken: its fence, the server time it was taken at, and the local
+    monotonic time the successful request was sent (the lease counts from there)."""
+
+    fence: int
+    acquired_at_us: int
+    sent_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class NotAcquired:
+    """The lock was not taken; ``retry_after`` is the holder's remaining lease in
+    seconds (``None`` when unknown)."""
+
+    retry_after: float | None
+
+
+@dataclass(eq=False, slots=True)
+class Hold:
+    """One successful acquisition: what the holder (a thread or a task) knows of it."""
+
+    name: str
+    token: str
+    fence: int
+    lease: float
+    acquired_at: float
+    """Server time (epoch seconds) the lock was taken."""
+    valid_until_mono: float
+    """Local monotonic time the lease ends at, counted from when the request was sent."""
+    backend: Backend
+    keys: LockKeys
+    auto_renew: bool
+    context: str
+    thread: str
+    waited: float
+    started_mono: float
+    timer: Any = field(default=None, repr=False)
+    """The async watchdog's pending renewal (cancelled on release)."""
+    lost: bool = False
+    lost_reason: str = ""
+    released: bool = False
+    lost_reported: bool = field(default=False, repr=False)
+
+    def expired(self, now: float | None = None) -> bool:
+        """True once the lease has run out without a confirmed renewal."""
+        return (time.monotonic() if now is None else now) >= self.valid_until_mono
+
+    def is_lost(self) -> bool:
+        """True when the holder must assume someone else may hold the lock."""
+        return self.lost or (not self.released and self.expired())
+
+    @property
+    def valid_until(self) -> float:
+        """The end of the lease as a local wall-clock time (``time.time()`` scale)."""
+        return time.time() + (self.valid_until_mono - time.monotonic())
+
+    @property
+    def held_for(self) -> float:
+        """Seconds since the lock was taken (local clock)."""
+        return time.monotonic() - self.started_mono
+
+
+def owner_metadata(*, thread: str, context: str, auto_renew: bool) -> str:
+    """The JSON stored with the lock so that operators can tell who holds it."""
+    return json.dumps(
+        {
+            "host": HOSTNAME,
+            "pid": os.getpid(),
+            "thread": thread,
+            "context": context,
+            "auto_renew": auto_renew,
+        },
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+
+
+def _ms(seconds: float) -> int:
+    return max(1, math.ceil(seconds * 1000))
+
+
+def acquire_steps(
+    *,
+    keys: LockKeys,
+    name: str,
+    token: str,
+    lease: float,
+    owner: str,
+    fair: bool,
+    blocking: bool,
+    deadline: float | None,
+    tuning: Tuning,
+) -> Generator[Op, Any, Acquired | NotAcquired]:
+    """Steps to take a lock, waiting (until the monotonic ``deadline``, or forever when
+    it is ``None``) if ``blocking``.
+
+    A waiter blocks on a wake-up list that every release pushes to, and re-checks no
+    later than the holder's lease end, so both a release and a crashed holder are
+    noticed within about one round trip. If the steps are interrupted (an error, a
+    cancelled task, ``KeyboardInterrupt``) at any point after the acquire script may have
+    run, the lock is given back before the interruption propagates.
+    """
+    all_keys = keys.all()
+    waiter = token[:16] if blocking else ""
+    wake_key = keys.wake(waiter) if fair else keys.signal
+    args = (
+        token,
+        _ms(lease),
+        owner,
+        name,
+        _ms(tuning.fence_lifetime),
+        waiter,
+        _ms(tuning.waiter_liveness),
+        "1" if fair else "0",
+    )
+    waiting = False  # a BLPOP is outstanding
+    consumed = False  # a wake-up reached us that we did not turn into the lock
+    enqueued = False
+    may_hold = False  # the acquire script may have run without us seeing its reply
+    try:
+        while True:
+            sent_at = time.monotonic()
+            may_hold = True
+            reply = yield Call(ACQUIRE, all_keys, args)
+            may_hold = False
+            if reply[0] == 1:
+                acquired = Acquired(int(reply[1]), int(reply[2]), sent_at)
+                may_hold = True
+                if waiting:
+                    yield CancelWait()
+                    waiting = False
+                # The acquire script took us off the queue, and a wake-up we consumed
+                # was used: nothing to hand on.
+                consumed = enqueued = False
+                return acquired
+            wait_ms = int(reply[1])
+            enqueued = enqueued or (blocking and fair)
+            remaining = math.inf if deadline is None else deadline - time.monotonic()
+            if not blocking or remaining <= 0:
+                return NotAcquired(wait_ms / 1000 if wait_ms >= 0 else None)
+            if not waiting:
+                yield StartWait(wake_key)
+                waiting = True
+                consumed = False
+            # +1 ms: Redis keeps a key until its PTTL is strictly past.
+            timer = tuning.wait_cap if wait_ms < 0 else (wait_ms + 1) / 1000
+            if (yield AwaitWait(min(timer, tuning.wait_cap, max(remaining, 0.0)))):
+                waiting = False
+                consumed = True
+    except BaseException:
+        if may_hold:
+            # Only our own token is deleted, so this is safe even if the script never ran.
+            with contextlib.suppress(LockError):
+                yield Call(RELEASE, all_keys, (token, name, _ms(tuning.waiter_liveness)))
+        raise
+    finally:
+        # Leaving without the lock (or on error): stop waiting and hand on any wake-up we
+        # consumed, so the next waiter is not left sleeping until its own timer.
+        try:
+            if waiting:
+                consumed = bool((yield CancelWait())) or consumed
+            if consumed or enqueued:
+                yield Call(
+                    PASS_ON,
+                    all_keys,
+                    (waiter if fair else "", _ms(tuning.waiter_liveness), "1" if consumed else "0"),
+                )
+        except LockError:
+            pass

@@ -1,0 +1,133 @@
+"""Validation of user input and the Redis key layout of a lock.
+
+Everything here is pure: it runs before any network call, so bad input never reaches
+Redis.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "MAX_NAME_LENGTH",
+    "LockKeys",
+    "index_key",
+    "validate_name",
+    "validate_prefix",
+    "validate_seconds",
+]
+
+MAX_NAME_LENGTH = 512
+
+# Characters that would end or split a Redis Cluster hash tag inside a key.
+_TAG_ESCAPES = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D"})
+
+
+def validate_name(name: Any, argument: str = "name") -> str:
+    """Return ``name`` if it is a usable lock name, else raise ``TypeError``/``ValueError``.
+
+    A name is a non-empty ``str`` of at most 512 characters (code points) with no NUL.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"{argument} must be a str, not {type(name).__name__}")
+    if not name:
+        raise ValueError(f"{argument} must not be empty")
+    if len(name) > MAX_NAME_LENGTH:
+        raise ValueError(
+            f"{argument} must be at most {MAX_NAME_LENGTH} characters, not {len(name)}"
+        )
+    if "\x00" in name:
+        raise ValueError(f"{argument} must not contain NUL characters")
+    try:
+        name.encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{argument} must be encodable as UTF-8 ({exc.reason})") from None
+    return name
+
+
+def validate_seconds(value: Any, argument: str, *, allow_zero: bool = False) -> float:
+    """Return ``value`` as a float number of seconds, rejecting non-finite values,
+    negatives, zero (unless ``allow_zero``) and non-numbers (including ``bool``)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{argument} must be a number of seconds, not {type(value).__name__}")
+    seconds = float(value)
+    if not math.isfinite(seconds):
+        raise ValueError(f"{argument} must be finite, not {value!r}")
+    if seconds < 0 or (seconds == 0 and not allow_zero):
+        bound = "zero or positive" if allow_zero else "positive"
+        raise ValueError(f"{argument} must be {bound}, not {value!r}")
+    if not allow_zero and seconds < 0.001:
+        raise ValueError(f"{argument} must be at least 0.001 seconds, not {value!r}")
+    return seconds
+
+
+def validate_prefix(prefix: Any) -> str:
+    """Return ``prefix`` if it can start every key of this package, else raise.
+
+    Braces are refused: they would put a Cluster hash tag in the prefix and move every
+    lock into one slot.
+    """
+    if not isinstance(prefix, str):
+        raise TypeError(f"prefix must be a str, not {type(prefix).__name__}")
+    if not prefix:
+        raise ValueError("prefix must not be empty: lock keys must not mix with other keys")
+    if "{" in prefix or "}" in prefix or "\x00" in prefix:
+        raise ValueError(f"prefix must not contain '{{', '}}' or NUL, got {prefix!r}")
+    return prefix
+
+
+def index_key(prefix: str) -> str:
+    """The sorted set of held lock names (score: lease end, server ms) under ``prefix``."""
+    return f"{prefix}index"
+
+
+@dataclass(frozen=True, slots=True)
+class LockKeys:
+    """The keys of one lock, in the order the scripts expect them (``KEYS[1..8]``).
+
+    ``prefix{name}`` is the lock itself; the hash tag (``{name}`` with ``%``, ``{``
+    and ``}`` percent-escaped) keeps every key of one lock in one Cluster slot.
+    """
+
+    lock: str
+    fence: str
+    waiters: str
+    index: str
+    queue: str
+    queue_deadlines: str
+    wake_prefix: str
+    signal: str
+
+    @classmethod
+    def for_name(cls, prefix: str, name: str) -> LockKeys:
+        """The keys of lock ``name`` under ``prefix`` (both already validated)."""
+        lock = f"{prefix}{{{name.translate(_TAG_ESCAPES)}}}"
+        return cls(
+            lock=lock,
+            fence=f"{lock}:fence",
+            waiters=f"{lock}:waiters",
+            index=index_key(prefix),
+            queue=f"{lock}:queue",
+            queue_deadlines=f"{lock}:queue-deadlines",
+            wake_prefix=f"{lock}:wake:",
+            signal=f"{lock}:signal",
+        )
+
+    def all(self) -> tuple[str, ...]:
+        """All keys, for scripts that take the whole set."""
+        return (
+            self.lock,
+            self.fence,
+            self.waiters,
+            self.index,
+            self.queue,
+            self.queue_deadlines,
+            self.wake_prefix,
+            self.signal,
+        )
+
+    def wake(self, waiter: str) -> str:
+        """The list a fair waiter blocks on (unfair waiters block on ``signal``)."""
+        return f"{self.wake_prefix}{waiter}"

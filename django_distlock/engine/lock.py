@@ -1,0 +1,628 @@
+"""The lock object users hold: one class for sync and async code."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import math
+import os
+import string
+import threading
+import time
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, ParamSpec, TypeVar, overload
+
+from .backend import Backend, Event, logger
+from .core import HOSTNAME, Acquired, Call, Hold, NotAcquired, acquire_steps, owner_metadata
+from .exceptions import LockError, LockLost, LockNotAcquired, LockNotOwned
+from .io import AsyncDriver, SyncDriver, completed
+from .keys import LockKeys, validate_name, validate_seconds
+from .scripts import EXTEND, RELEASE, TTL
+from .watchdog import loop_watchdog, thread_watchdog
+
+__all__ = ["BackendSource", "Lock"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+BackendSource = Backend | Callable[[], Backend]
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+UNSET: Any = _Unset()
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    backend: Backend
+    keys: LockKeys
+    token: str
+    lease: float
+    auto_renew: bool
+    thread: str
+    owner: str
+    blocking_timeout: float | None
+    started: float
+
+
+def _thread_label() -> str:
+    return threading.current_thread().name
+
+
+def _task_label() -> str:
+    task = asyncio.current_task()
+    return task.get_name() if task is not None else _thread_label()
+
+
+def _check_callable(value: Any, argument: str) -> Any:
+    if value is not None and not callable(value):
+        raise TypeError(f"{argument} must be callable or None, not {type(value).__name__}")
+    return value
+
+
+def _check_bool(value: Any, argument: str, *, optional: bool = False) -> Any:
+    if (value is None and optional) or isinstance(value, bool):
+        return value
+    raise TypeError(f"{argument} must be a bool, not {type(value).__name__}")
+
+
+class Lock:
+    """A distributed lock on one Redis key, usable from sync and async code.
+
+    >>> lock = Lock("invoice:42", backend=backend)            # doctest: +SKIP
+    >>> with lock:                                            # doctest: +SKIP
+    ...     charge(invoice, fence=lock.fence)
+
+    ``timeout`` is the lease in seconds (default: the backend's); with ``auto_renew``
+    (default: the backend's) a watchdog renews it while held, so it only bounds how long
+    a crashed holder blocks others. ``blocking``/``blocking_timeout`` are the defaults of
+    :meth:`acquire` (``blocking_timeout=None`` waits forever, ``0`` does not wait).
+    ``fair=True`` serves waiters in arrival order. ``on_lost(lock)`` is called (from
+    the watchdog) when the lock is found lost; leaving ``with`` then raises
+    :class:`LockLost` unless ``raise_on_lost=False``. ``context`` is a free label stored
+    with the lock for operators.
+
+    The token of an acquisition belongs to the thread (sync) or the task (async) that
+    acquired it: another thread or task using the same object neither sees nor
+    releases it. Locks are not re-entrant.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        backend: BackendSource,
+        timeout: float | None = None,
+        blocking: bool = True,
+        blocking_timeout: float | None = None,
+        auto_renew: bool | None = None,
+        on_lost: Callable[[Lock], Any] | None = None,
+        context: str = "",
+        fair: bool = False,
+        raise_on_lost: bool = True,
+    ) -> None:
+        self.name = validate_name(name)
+        if not isinstance(backend, Backend) and not callable(backend):
+            raise TypeError(
+                f"backend must be a Backend or a callable returning one, "
+                f"not {type(backend).__name__}"
+            )
+        self.timeout = None if timeout is None else validate_seconds(timeout, "timeout")
+        self.blocking = _check_bool(blocking, "blocking")
+        self.blocking_timeout = (
+            None
+            if blocking_timeout is None
+            else validate_seconds(blocking_timeout, "blocking_timeout", allow_zero=True)
+        )
+        self.auto_renew = _check_bool(auto_renew, "auto_renew", optional=True)
+        self.on_lost = _check_callable(on_lost, "on_lost")
+        if not isinstance(context, str):
+            raise TypeError(f"context must be a str, not {type(context).__name__}")
+        self.context = context
+        self.fair = _check_bool(fair, "fair")
+        self.raise_on_lost = _check_bool(raise_on_lost, "raise_on_lost")
+        self.retry_after: float | None = None
+        """The holder's remaining lease (seconds) seen by the last failed acquire."""
+        self._backend_source = backend
+        self._keys: tuple[str, LockKeys] | None = None
+        self._hold: ContextVar[Hold | None] = ContextVar(f"distlock:{name}", default=None)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name!r}>"
+
+    # -- state of the current thread or task ------------------------------------------
+
+    @property
+    def fence(self) -> int | None:
+        """The fencing token of the current acquisition (``None`` when not held).
+
+        Strictly increasing per lock name; pass it to storage so that a write made by a
+        holder that lost the lock can be refused (see ``fenced_update``).
+        """
+        hold = self._current()
+        return None if hold is None else hold.fence
+
+    @property
+    def token(self) -> str | None:
+        """The random token identifying the current acquisition (``None`` when not held)."""
+        hold = self._current()
+        return None if hold is None else hold.token
+
+    @property
+    def lost(self) -> bool:
+        """True when the current acquisition was lost: a renewal found the lock gone or
+        re-owned, or its lease ended without a confirmed renewal."""
+        hold = self._hold.get()
+        return hold is not None and not hold.released and hold.is_lost()
+
+    @property
+    def valid_until(self) -> float | None:
+        """When the lease of the current acquisition ends, as ``time.time()`` seconds
+        (a conservative local estimate), or ``None`` when not held."""
+        hold = self._current()
+        return None if hold is None else hold.valid_until
+
+    @property
+    def held(self) -> bool:
+        """True while the current thread or task holds an acquisition it has not lost."""
+        return self._current() is not None and not self.lost
+
+    def _current(self) -> Hold | None:
+        hold = self._hold.get()
+        return None if hold is None or hold.released else hold
+
+    def _owned_hold(self, action: str) -> Hold:
+        hold = self._current()
+        if hold is None:
+            raise LockNotOwned(
+                f"cannot {action} lock {self.name!r}: not held by this thread or task",
+                name=self.name,
+            )
+        return hold
+
+    # -- acquire --------------------------------------------------------------------
+
+    def acquire(
+        self, blocking: bool | None = None, *, blocking_timeout: float | None = UNSET
+    ) -> bool:
+        """Take the lock; ``True`` on success, ``False`` if it stayed busy (``blocking``
+        false, or ``blocking_timeout`` seconds elapsed).
+
+        Raises ``LockBackendUnavailable`` if Redis cannot be reached, even when waiting
+        forever, and ``LockError`` if this thread already holds it.
+        """
+        attempt, steps = self._begin(blocking, blocking_timeout, _thread_label())
+        outcome = SyncDriver(attempt.backend, self.name).run(steps)
+        return self._settle(attempt, outcome, thread_watchdog)
+
+    async def aacquire(
+        self, blocking: bool | None = None, *, blocking_timeout: float | None = UNSET
+    ) -> bool:
+        """Async twin of :meth:`acquire`. If the task is cancelled while waiting or while
+        the request is in flight, any lock it may have got is given back before the
+        cancellation propagates."""
+        attempt, steps = self._begin(blocking, blocking_timeout, _task_label())
+        outcome = await AsyncDriver(attempt.backend, self.name).run(steps)
+        return self._settle(attempt, outcome, loop_watchdog)
+
+    def _begin(self, blocking: Any, blocking_timeout: Any, thread: str) -> tuple[_Attempt, Any]:
+        if blocking is None:
+            blocking = self.blocking
+        _check_bool(blocking, "blocking")
+        if blocking_timeout is UNSET:
+            blocking_timeout = self.blocking_timeout
+        elif blocking_timeout is not None:
+            blocking_timeout = validate_seconds(
+                blocking_timeout, "blocking_timeout", allow_zero=True
+            )
+        if blocking_timeout == 0:
+            blocking = False
+        hold = self._current()
+        if hold is not None and hold.is_lost():
+            self._report_lost(hold)
+            hold.released = True
+        elif hold is not None:
+            raise LockError(
+                f"lock {self.name!r} is already held by this thread or task "
+                "(locks are not re-entrant)",
+                name=self.name,
+            )
+        backend = self.backend
+        lease = self.timeout if self.timeout is not None else backend.timeout
+        auto_renew = self.auto_renew if self.auto_renew is not None else backend.auto_renew
+        started = time.monotonic()
+        attempt = _Attempt(
+            backend=backend,
+            keys=self._keys_for(backend.prefix),
+            token=os.urandom(16).hex(),
+            lease=lease,
+            auto_renew=auto_renew,
+            thread=thread,
+            owner=owner_metadata(thread=thread, context=self.context, auto_renew=auto_renew),
+            blocking_timeout=blocking_timeout,
+            started=started,
+        )
+        steps = acquire_steps(
+            keys=attempt.keys,
+            name=self.name,
+            token=attempt.token,
+            lease=lease,
+            owner=attempt.owner,
+            fair=self.fair,
+            blocking=blocking,
+            deadline=None if blocking_timeout is None else started + blocking_timeout,
+            tuning=backend.tuning,
+        )
+        return attempt, steps
+
+    def _settle(
+        self, attempt: _Attempt, outcome: Acquired | NotAcquired, watchdog: Callable[[], Any]
+    ) -> bool:
+        waited = time.monotonic() - attempt.started
+        if isinstance(outcome, NotAcquired):
+            self.retry_after = outcome.retry_after
+            self._emit(
+                attempt.backend,
+                "contended",
+                None,
+                attempt.thread,
+                waited=waited,
+                retry_after=outcome.retry_after,
+            )
+            return False
+        hold = Hold(
+            name=self.name,
+            token=attempt.token,
+            fence=outcome.fence,
+            lease=attempt.lease,
+            acquired_at=outcome.acquired_at_us / 1_000_000,
+            valid_until_mono=outcome.sent_at + attempt.lease,
+            backend=attempt.backend,
+            keys=attempt.keys,
+            auto_renew=attempt.auto_renew,
+            context=self.context,
+            thread=attempt.thread,
+            waited=waited,
+            started_mono=time.monotonic(),
+        )
+        self.retry_after = None
+        self._hold.set(hold)
+        if hold.auto_renew:
+            watchdog().watch(hold, self)
+        self._emit(attempt.backend, "acquired", hold, attempt.thread, waited=waited)
+        return True
+
+    # -- release --------------------------------------------------------------------
+
+    def release(self) -> None:
+        """Give the lock back. Raises ``LockNotOwned`` if this thread does not hold it and
+        ``LockLost`` if it was lost meanwhile (the lock is then no longer held either)."""
+        hold = self._owned_hold("release")
+        reply = SyncDriver(hold.backend, self.name).call(self._release_call(hold))
+        self._released(hold, reply)
+
+    async def arelease(self) -> None:
+        """Async twin of :meth:`release`. A cancelled release still completes, and the
+        local token is cleared only once Redis has confirmed."""
+        hold = self._owned_hold("release")
+        reply, cancelled = await completed(
+            AsyncDriver(hold.backend, self.name).call(self._release_call(hold))
+        )
+        try:
+            self._released(hold, reply)
+        finally:
+            if cancelled:
+                raise asyncio.CancelledError
+
+    def _release_call(self, hold: Hold) -> Call:
+        liveness_ms = math.ceil(hold.backend.tuning.waiter_liveness * 1000)
+        return Call(RELEASE, hold.keys.all(), (hold.token, self.name, liveness_ms))
+
+    def _released(self, hold: Hold, reply: Any) -> None:
+        was_lost = hold.is_lost()
+        hold.released = True
+        timer = hold.timer
+        if timer is not None:
+            timer.cancel()
+        if self._hold.get() is hold:
+            self._hold.set(None)
+        if int(reply) == 1 and not was_lost:
+            self._emit(hold.backend, "released", hold, hold.thread, held=hold.held_for)
+            return
+        if not hold.lost_reason:
+            hold.lost_reason = "its lease ended or another holder took it before release"
+        self._report_lost(hold)
+        raise LockLost(
+            f"lock {self.name!r} was lost before release: {hold.lost_reason}", name=self.name
+        )
+
+    # -- extend, queries ------------------------------------------------------------
+
+    def extend(self, seconds: float, replace_ttl: bool = False) -> float:
+        """Add ``seconds`` to the lease (or set it to ``seconds`` with ``replace_ttl``);
+        return the new end of the lease as ``time.time()`` seconds."""
+        hold, call = self._extend_call(seconds, replace_ttl)
+        sent_at = time.monotonic()
+        return self._extended(hold, SyncDriver(hold.backend, self.name).call(call), sent_at)
+
+    async def aextend(self, seconds: float, replace_ttl: bool = False) -> float:
+        """Async twin of :meth:`extend`."""
+        hold, call = self._extend_call(seconds, replace_ttl)
+        sent_at = time.monotonic()
+        reply = await AsyncDriver(hold.backend, self.name).call(call)
+        return self._extended(hold, reply, sent_at)
+
+    def reacquire(self) -> float:
+        """Reset the lease to the lock's full timeout; return its new end."""
+        hold = self._owned_hold("reacquire")
+        return self.extend(hold.lease, replace_ttl=True)
+
+    async def areacquire(self) -> float:
+        """Async twin of :meth:`reacquire`."""
+        hold = self._owned_hold("reacquire")
+        return await self.aextend(hold.lease, replace_ttl=True)
+
+    def _extend_call(self, seconds: Any, replace_ttl: Any) -> tuple[Hold, Call]:
+        seconds = validate_seconds(seconds, "seconds")
+        _check_bool(replace_ttl, "replace_ttl")
+        hold = self._owned_hold("extend")
+        if hold.is_lost():
+            raise LockLost(f"lock {self.name!r} was lost: {hold.lost_reason}", name=self.name)
+        mode = "set" if replace_ttl else "add"
+        ms = max(1, math.ceil(seconds * 1000))
+        return hold, Call(
+            EXTEND, (hold.keys.lock, hold.keys.index), (hold.token, ms, self.name, mode)
+        )
+
+    def _extended(self, hold: Hold, reply: Any, sent_at: float) -> float:
+        if int(reply) < 0:
+            hold.lost_reason = "its lease ended or another holder took it"
+            self._report_lost(hold)
+            raise LockLost(f"lock {self.name!r} was lost: {hold.lost_reason}", name=self.name)
+        hold.valid_until_mono = sent_at + int(reply) / 1000
+        self._emit(hold.backend, "extended", hold, hold.thread)
+        return hold.valid_until
+
+    def ttl(self) -> float | None:
+        """Seconds left on the lease of the current acquisition, from Redis (``None`` when
+        this thread does not hold it)."""
+        hold = self._current()
+        if hold is None:
+            return None
+        return self._ttl_from(hold, SyncDriver(hold.backend, self.name).call(self._ttl_call(hold)))
+
+    async def attl(self) -> float | None:
+        """Async twin of :meth:`ttl`."""
+        hold = self._current()
+        if hold is None:
+            return None
+        reply = await AsyncDriver(hold.backend, self.name).call(self._ttl_call(hold))
+        return self._ttl_from(hold, reply)
+
+    def owned(self) -> bool:
+        """True if Redis confirms the current thread holds the lock."""
+        return self.ttl() is not None
+
+    async def aowned(self) -> bool:
+        """Async twin of :meth:`owned`."""
+        return (await self.attl()) is not None
+
+    def locked(self) -> bool:
+        """True if anyone holds the lock."""
+        backend = self.backend
+        key = self._keys_for(backend.prefix).lock
+        try:
+            return bool(backend.client.exists(key))
+        except Exception as exc:
+            raise self._unavailable(exc) from exc
+
+    async def alocked(self) -> bool:
+        """Async twin of :meth:`locked`."""
+        backend = self.backend
+        key = self._keys_for(backend.prefix).lock
+        try:
+            return bool(await backend.async_client().exists(key))
+        except Exception as exc:
+            raise self._unavailable(exc) from exc
+
+    def _ttl_call(self, hold: Hold) -> Call:
+        return Call(TTL, (hold.keys.lock,), (hold.token,))
+
+    def _ttl_from(self, hold: Hold, reply: Any) -> float | None:
+        pttl = int(reply)
+        if pttl == -2:
+            if not hold.lost_reason:
+                hold.lost_reason = "its lease ended or another holder took it"
+            self._report_lost(hold)
+            return None
+        return None if pttl < 0 else pttl / 1000
+
+    def _unavailable(self, exc: Exception) -> Exception:
+        from .io import BACKEND_ERRORS, unavailable
+
+        return unavailable(self.name, exc) if isinstance(exc, BACKEND_ERRORS) else exc
+
+    # -- context managers -------------------------------------------------------------
+
+    def __enter__(self) -> Lock:
+        if not self.acquire():
+            raise self._not_acquired()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        hold = self._current()
+        if hold is None:
+            return
+        try:
+            self.release()
+        except LockLost:
+            if exc is None and self.raise_on_lost:
+                raise
+        except LockError:
+            hold.auto_renew = False  # cannot release: at least let the lease run out
+            if exc is None:
+                raise
+
+    async def __aenter__(self) -> Lock:
+        if not await self.aacquire():
+            raise self._not_acquired()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        hold = self._current()
+        if hold is None:
+            return
+        try:
+            await self.arelease()
+        except LockLost:
+            if exc is None and self.raise_on_lost:
+                raise
+        except LockError:
+            hold.auto_renew = False
+            if exc is None:
+                raise
+
+    def _not_acquired(self) -> LockNotAcquired:
+        how = (
+            "it is held by someone else"
+            if not self.blocking or self.blocking_timeout == 0
+            else f"not within {self.blocking_timeout}s"
+            if self.blocking_timeout is not None
+            else "it is held by someone else"
+        )
+        return LockNotAcquired(
+            f"could not acquire lock {self.name!r}: {how}",
+            name=self.name,
+            retry_after=self.retry_after,
+        )
+
+    # -- decorator ------------------------------------------------------------------
+
+    @overload
+    def __call__(self, func: Callable[P, R]) -> Callable[P, R]: ...
+    @overload
+    def __call__(self, func: Any) -> Any: ...
+
+    def __call__(self, func: Any) -> Any:
+        """Use the lock as a decorator: each call runs under its own acquisition, named
+        from the template filled with the call's arguments (``"report:{day}"``)."""
+        if not callable(func):
+            raise TypeError(f"distlock decorates callables, not {type(func).__name__}")
+        name_for = self._namer(func)
+        if inspect.iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                async with self.renamed(name_for(args, kwargs)):
+                    return await func(*args, **kwargs)
+
+            return async_wrapper
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with self.renamed(name_for(args, kwargs)):
+                return func(*args, **kwargs)
+
+        return wrapper
+
+    def _namer(self, func: Callable[..., Any]) -> Callable[[tuple[Any, ...], dict[str, Any]], str]:
+        fields = [f for _, f, _, _ in string.Formatter().parse(self.name) if f is not None]
+        if not fields:
+            return lambda args, kwargs: self.name
+        signature = inspect.signature(func)
+        for field in fields:
+            root = field.split(".", 1)[0].split("[", 1)[0]
+            if root not in signature.parameters:
+                raise ValueError(
+                    f"lock name {self.name!r} uses {{{field}}} but "
+                    f"{func.__qualname__}() has no parameter {root!r}"
+                )
+
+        def name_for(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            return validate_name(self.name.format_map(bound.arguments), "formatted lock name")
+
+        return name_for
+
+    def renamed(self, name: str) -> Lock:
+        """A new lock with the same options under another name."""
+        clone = type(self).__new__(type(self))
+        clone.__dict__.update(self.__dict__)
+        clone.name = validate_name(name)
+        clone.retry_after = None
+        clone._keys = None
+        clone._hold = ContextVar(f"distlock:{name}", default=None)
+        return clone
+
+    # -- helpers --------------------------------------------------------------------
+
+    @property
+    def backend(self) -> Backend:
+        """The backend this lock talks to (resolved now if it was given as a callable)."""
+        source = self._backend_source
+        backend = source if isinstance(source, Backend) else source()
+        if not isinstance(backend, Backend):
+            raise TypeError(f"backend callable returned {type(backend).__name__}, not Backend")
+        return backend
+
+    def _keys_for(self, prefix: str) -> LockKeys:
+        cached = self._keys
+        if cached is None or cached[0] != prefix:
+            cached = self._keys = (prefix, LockKeys.for_name(prefix, self.name))
+        return cached[1]
+
+    def _emit(
+        self,
+        backend: Backend,
+        kind: str,
+        hold: Hold | None,
+        thread: str,
+        **extra: Any,
+    ) -> None:
+        if backend.observer is None:
+            return
+        backend.emit(
+            Event(
+                kind=kind,
+                name=self.name,
+                fence=None if hold is None else hold.fence,
+                context=self.context,
+                host=HOSTNAME,
+                pid=os.getpid(),
+                thread=thread,
+                **extra,
+            )
+        )
+
+    def _report_lost(self, hold: Hold) -> None:
+        hold.lost = True
+        if hold.lost_reported:
+            return
+        hold.lost_reported = True
+        self._emit(
+            hold.backend, "lost", hold, hold.thread, held=hold.held_for, reason=hold.lost_reason
+        )
+        if self.on_lost is not None:
+            try:
+                self.on_lost(self)
+            except Exception:  # noqa: BLE001 - a user callback must not break the watchdog
+                logger.exception("django-distlock: on_lost callback of %r failed", self.name)
