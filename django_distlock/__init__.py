@@ -1,0 +1,49 @@
+"""django-distlock: correct, fast, observable distributed locks on Redis for Django.
+
+>>> from django_distlock import distlock
+>>> with distlock("invoice:42"):          # doctest: +SKIP
+...     pay(invoice)
+
+The Django-facing names are imported on first use, so that importing the Django-free
+engine (``django_distlock.engine``) never imports Django.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from .engine.exceptions import (
+    LockBackendUnavailable,
+    LockError,
+    LockLost,
+    LockNotAcquired,
+    LockNotOwned,
+)
+
+if TYPE_CHECKING:
+    from .locks import distlock
+
+__all__ = [
+    "LockBackendUnavailable",
+    "LockError",
+    "LockLost",
+    "LockNotAcquired",
+    "LockNotOwned",
+    "distlock",
+]
+
+_LAZY = {"distlock": ".locks"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

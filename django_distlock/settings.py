@@ -1,0 +1,119 @@
+"""The ``DISTLOCK`` setting: one dict, read through :func:`get_config`.
+
+The value is cached and re-read whenever ``DISTLOCK`` or ``CACHES`` change (for example
+under ``override_settings``), so nothing is read at import time.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
+from .engine.keys import validate_prefix, validate_seconds
+
+__all__ = ["DEFAULTS", "EVENT_MODES", "Config", "get_config"]
+
+EVENT_MODES = ("async", "sync", "off")
+
+DEFAULTS: dict[str, Any] = {
+    "CACHE": "default",
+    "URL": None,
+    "KEY_PREFIX": "distlock:",
+    "TIMEOUT": 30.0,
+    "AUTO_RENEW": True,
+    "EVENTS": "async",
+    "EVENT_RETENTION": 30 * 24 * 3600,
+    "VIEW_ON_BUSY": None,
+    "VIEW_FAIL_OPEN": False,
+}
+"""Every key of ``DISTLOCK`` and its default:
+
+``CACHE``: alias of the django-redis cache whose Redis holds the locks.
+``URL``: a ``redis://`` URL to use instead of ``CACHE``.
+``KEY_PREFIX``: every key this package writes starts with it.
+``TIMEOUT``: default lease in seconds (renewed while held when ``AUTO_RENEW``).
+``AUTO_RENEW``: default of ``distlock(auto_renew=...)``.
+``EVENTS``: how lock events are recorded: ``"async"``, ``"sync"`` or ``"off"``.
+``EVENT_RETENTION``: seconds lock events are kept.
+``VIEW_ON_BUSY``: dotted path of ``on_busy(request, name, retry_after)`` for views.
+``VIEW_FAIL_OPEN``: run guarded views anyway when Redis is down (default: 503).
+"""
+
+
+@dataclass(frozen=True)
+class Config:
+    """The validated ``DISTLOCK`` setting."""
+
+    cache: str
+    url: str | None
+    key_prefix: str
+    timeout: float
+    auto_renew: bool
+    events: str
+    event_retention: float
+    view_on_busy: str | None
+    view_fail_open: bool
+
+
+def _setting_error(key: str, problem: str) -> ImproperlyConfigured:
+    return ImproperlyConfigured(f"DISTLOCK[{key!r}] {problem}")
+
+
+def _build(raw: Any) -> Config:
+    if not isinstance(raw, dict):
+        raise ImproperlyConfigured(f"DISTLOCK must be a dict, not {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(DEFAULTS))
+    if unknown:
+        raise ImproperlyConfigured(
+            f"DISTLOCK has unknown keys {unknown}; known keys are {sorted(DEFAULTS)}"
+        )
+    values = {**DEFAULTS, **raw}
+    for key in ("CACHE",):
+        if not isinstance(values[key], str) or not values[key]:
+            raise _setting_error(key, "must be a non-empty str (a CACHES alias)")
+    for key in ("URL", "VIEW_ON_BUSY"):
+        if values[key] is not None and (not isinstance(values[key], str) or not values[key]):
+            raise _setting_error(key, "must be a non-empty str or None")
+    for key in ("AUTO_RENEW", "VIEW_FAIL_OPEN"):
+        if not isinstance(values[key], bool):
+            raise _setting_error(key, "must be True or False")
+    if values["EVENTS"] not in EVENT_MODES:
+        raise _setting_error("EVENTS", f"must be one of {', '.join(map(repr, EVENT_MODES))}")
+    try:
+        prefix = validate_prefix(values["KEY_PREFIX"])
+        timeout = validate_seconds(values["TIMEOUT"], "TIMEOUT")
+        retention = validate_seconds(values["EVENT_RETENTION"], "EVENT_RETENTION")
+    except (TypeError, ValueError) as exc:
+        raise ImproperlyConfigured(f"DISTLOCK: {exc}") from None
+    return Config(
+        cache=values["CACHE"],
+        url=values["URL"],
+        key_prefix=prefix,
+        timeout=timeout,
+        auto_renew=values["AUTO_RENEW"],
+        events=values["EVENTS"],
+        event_retention=retention,
+        view_on_busy=values["VIEW_ON_BUSY"],
+        view_fail_open=values["VIEW_FAIL_OPEN"],
+    )
+
+
+@functools.cache
+def get_config() -> Config:
+    """The current ``DISTLOCK`` setting, validated (``ImproperlyConfigured`` if not)."""
+    return _build(getattr(settings, "DISTLOCK", {}))
+
+
+@receiver(setting_changed)
+def _reset(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("DISTLOCK", "CACHES"):
+        get_config.cache_clear()
+        from .connections import reset_backend
+
+        reset_backend()
