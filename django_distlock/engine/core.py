@@ -12,6 +12,7 @@ import contextlib
 import json
 import math
 import os
+import random
 import socket
 import time
 from collections.abc import Generator
@@ -36,6 +37,7 @@ __all__ = [
     "StartWait",
     "Tuning",
     "acquire_steps",
+    "new_token",
     "owner_metadata",
 ]
 
@@ -52,9 +54,10 @@ class Tuning:
     waiter_liveness: float = 3.0
     """How long a fair waiter keeps its place in the queue without confirming."""
     fence_lifetime: float = 7 * 24 * 3600.0
-    """How long an unused fence counter is kept. When it lapses the next fence is seeded
-    from the server clock in microseconds, which is still larger than any fence given
-    before unless locks were taken more than once per microsecond on average."""
+    """How long a fence counter lives after it was seeded. When it lapses the next fence
+    is seeded from the server clock in microseconds again, which is still larger than
+    any fence given before unless the lock was taken more than once per microsecond on
+    average since the last seeding."""
     server_wait: float = 30.0
     """Server-side timeout of one outstanding ``BLPOP``. Waking up is timed by the
     client (see ``AwaitWait``); this only cleans up after a vanished client."""
@@ -174,6 +177,15 @@ def owner_metadata(*, thread: str, context: str, auto_renew: bool) -> str:
         separators=(",", ":"),
         ensure_ascii=False,
     )
+
+
+def new_token() -> str:
+    """A 128-bit random token naming one acquisition.
+
+    Tokens must be unique, not secret (whoever can read Redis can read them), so the
+    fast PRNG is enough; ``random`` reseeds itself in forked children.
+    """
+    return f"{random.getrandbits(128):032x}"
 
 
 def _ms(seconds: float) -> int:

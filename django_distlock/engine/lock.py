@@ -17,7 +17,16 @@ from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, overload
 
 from .backend import Backend, Event, logger
-from .core import HOSTNAME, Acquired, Call, Hold, NotAcquired, acquire_steps, owner_metadata
+from .core import (
+    HOSTNAME,
+    Acquired,
+    Call,
+    Hold,
+    NotAcquired,
+    acquire_steps,
+    new_token,
+    owner_metadata,
+)
 from .exceptions import LockError, LockLost, LockNotAcquired, LockNotOwned
 from .io import AsyncDriver, SyncDriver, completed
 from .keys import LockKeys, validate_name, validate_seconds
@@ -133,6 +142,7 @@ class Lock:
         """The holder's remaining lease (seconds) seen by the last failed acquire."""
         self._backend_source = backend
         self._keys: tuple[str, LockKeys] | None = None
+        self._owner_cache: tuple[tuple[int, str, bool], str] | None = None
         self._hold: ContextVar[Hold | None] = ContextVar(f"distlock:{name}", default=None)
 
     def __repr__(self) -> str:
@@ -242,11 +252,11 @@ class Lock:
         attempt = _Attempt(
             backend=backend,
             keys=self._keys_for(backend.prefix),
-            token=os.urandom(16).hex(),
+            token=new_token(),
             lease=lease,
             auto_renew=auto_renew,
             thread=thread,
-            owner=owner_metadata(thread=thread, context=self.context, auto_renew=auto_renew),
+            owner=self._owner(thread, auto_renew),
             blocking_timeout=blocking_timeout,
             started=started,
         )
@@ -262,6 +272,14 @@ class Lock:
             tuning=backend.tuning,
         )
         return attempt, steps
+
+    def _owner(self, thread: str, auto_renew: bool) -> str:
+        key = (os.getpid(), thread, auto_renew)
+        cached = self._owner_cache
+        if cached is None or cached[0] != key:
+            owner = owner_metadata(thread=thread, context=self.context, auto_renew=auto_renew)
+            cached = self._owner_cache = (key, owner)
+        return cached[1]
 
     def _settle(
         self, attempt: _Attempt, outcome: Acquired | NotAcquired, watchdog: Callable[[], Any]
@@ -570,6 +588,7 @@ class Lock:
         clone.name = validate_name(name)
         clone.retry_after = None
         clone._keys = None
+        clone._owner_cache = None
         clone._hold = ContextVar(f"distlock:{name}", default=None)
         return clone
 

@@ -37,33 +37,42 @@ class Script:
         object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())  # noqa: S324
 
 
-# Shared Lua fragments. `now_ms`/`now_us` come from the server clock so that every
-# client agrees on time regardless of its own clock.
+# Shared Lua fragments. They are only spliced into the branches that need them: the
+# common paths (free lock, nobody waiting) run no more commands than they must, since
+# every server microsecond is on the caller's critical path.
+
+# Sets `now_us` (a string) and `now_ms` (a number) from the server clock, so that
+# every client agrees on time whatever its own clock says.
 _NOW = """
-local now = redis.call('TIME')
-local now_us = now[1] .. string.format('%06d', now[2])
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  local now = redis.call('TIME')
+  local now_us = now[1] .. string.sub('00000' .. now[2], -6)
+  local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 """
 
-# Drops fair waiters that stopped refreshing their place; returns the first live one.
-# Wakes exactly one waiter: the first live fair waiter if there is a queue, otherwise
-# whoever blocks first on the shared signal list. The list holds at most one element so
-# that a burst of releases cannot turn into a burst of futile retries.
-_QUEUE_FUNCTIONS = """
-local function queue_head()
+# Drops fair waiters that stopped confirming their place; leaves `head` = first live one.
+_QUEUE_HEAD = """
+  local head = false
   while true do
-    local head = redis.call('LINDEX', KEYS[5], 0)
-    if not head then return false end
+    head = redis.call('LINDEX', KEYS[5], 0)
+    if not head then break end
     local alive_until = redis.call('ZSCORE', KEYS[6], head)
-    if alive_until and tonumber(alive_until) > now_ms then return head end
+    if alive_until and tonumber(alive_until) > now_ms then break end
     redis.call('LPOP', KEYS[5])
     redis.call('ZREM', KEYS[6], head)
     redis.call('DEL', KEYS[7] .. head)
+    head = false
   end
-end
-local function wake_one(signal_ms)
-  if redis.call('EXISTS', KEYS[3]) == 0 then return end
-  local head = queue_head()
+"""
+
+# Wakes exactly one waiter (needs `signal_ms`): the first live fair waiter if there is
+# a queue, otherwise whoever blocks first on the shared signal list. The list holds at
+# most one element so that a burst of releases cannot become a burst of futile retries.
+_WAKE_ONE = (
+    """
+if redis.call('EXISTS', KEYS[3]) == 1 then"""
+    + _NOW
+    + _QUEUE_HEAD
+    + """
   if head then
     redis.call('RPUSH', KEYS[7] .. head, '1')
     redis.call('PEXPIRE', KEYS[7] .. head, signal_ms)
@@ -74,6 +83,7 @@ local function wake_one(signal_ms)
   end
 end
 """
+)
 
 _KEYS_DOC = """
 -- KEYS[1] lock          KEYS[2] fence counter   KEYS[3] "someone waits" flag
@@ -83,49 +93,59 @@ _KEYS_DOC = """
 -- KEYS[8] shared wake-up list of unfair waiters
 """
 
+_IS_MINE = """
+local value = redis.call('GET', KEYS[1])
+if not value or string.sub(value, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\\n' then return NOT_MINE end
+"""
+
+
+def _is_mine(not_mine: str) -> str:
+    return _IS_MINE.replace("NOT_MINE", not_mine)
+
+
 ACQUIRE = Script(
     "acquire",
     "-- acquire: take the lock if it is free (and, for fair locks, it is our turn)."
     + _KEYS_DOC
     + """
 -- ARGV[1] token            ARGV[2] lease ms          ARGV[3] owner metadata (JSON)
--- ARGV[4] lock name (index member)                    ARGV[5] fence counter lifetime ms
+-- ARGV[4] lock name (index member)                    ARGV[5] fence counter lifetime ms (from seeding)
 -- ARGV[6] waiter id, '' when the caller will not wait  ARGV[7] waiter liveness ms
 -- ARGV[8] '1' for a fair lock, '0' otherwise
 -- returns {1, fence, acquired_at_us} when taken;
 --         {0, wait_ms} when not, wait_ms = how long the current obstacle lasts at most
 --         (the holder's PTTL, -1 if unknown)
-"""
-    + _NOW
-    + _QUEUE_FUNCTIONS
-    + """
+local pttl = redis.call('PTTL', KEYS[1])
 local waiter = ARGV[6]
 local fair = ARGV[8] == '1'
+if pttl ~= -2 and waiter == '' then return {0, pttl} end
+"""
+    + _NOW
+    + """
 local head = false
-if fair then head = queue_head() end
-local pttl = redis.call('PTTL', KEYS[1])
-local my_turn = (not fair) or (not head) or head == waiter
-if pttl == -2 and my_turn then
-  if fair and head then
+if fair then"""
+    + _QUEUE_HEAD
+    + """
+end
+if pttl == -2 and (not head or head == waiter) then
+  if head then
     redis.call('LPOP', KEYS[5])
     redis.call('ZREM', KEYS[6], waiter)
     redis.call('DEL', KEYS[7] .. waiter)
   end
-  local fence = redis.call('INCR', KEYS[2])
-  if fence == 1 then
+  local fence = string.format('%.0f', redis.call('INCR', KEYS[2]))
+  if fence == '1' then
     -- Counter missing (first use, expiry or data loss): seed from the server clock in
-    -- microseconds so fences keep increasing across resets.
-    fence = tonumber(now_us)
-    redis.call('SET', KEYS[2], now_us)
+    -- microseconds so fences keep increasing across resets. The counter lapses
+    -- ARGV[5] ms after seeding and is then re-seeded, still larger than before.
+    fence = now_us
+    redis.call('SET', KEYS[2], now_us, 'PX', ARGV[5])
   end
-  redis.call('PEXPIRE', KEYS[2], ARGV[5])
-  local lease = tonumber(ARGV[2])
   redis.call('SET', KEYS[1],
-    ARGV[1] .. '\\n' .. string.format('%.0f', fence) .. '\\n' .. now_us .. '\\n'
-      .. ARGV[2] .. '\\n' .. ARGV[3],
-    'PX', lease)
-  redis.call('ZADD', KEYS[4], now_ms + lease, ARGV[4])
-  return {1, fence, tonumber(now_us)}
+    ARGV[1] .. '\\n' .. fence .. '\\n' .. now_us .. '\\n' .. ARGV[2] .. '\\n' .. ARGV[3],
+    'PX', ARGV[2])
+  redis.call('ZADD', KEYS[4], now_ms + tonumber(ARGV[2]), ARGV[4])
+  return {1, fence, now_us}
 end
 local wait_ms = pttl
 if waiter ~= '' then
@@ -162,14 +182,14 @@ RELEASE = Script(
 -- ARGV[1] token  ARGV[2] lock name (index member)  ARGV[3] wake-up signal lifetime ms
 -- returns 1 when released, 0 when the lock is not held with this token
 """
-    + _NOW
-    + _QUEUE_FUNCTIONS
+    + _is_mine("0")
     + """
-local value = redis.call('GET', KEYS[1])
-if not value or string.sub(value, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\\n' then return 0 end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[4], ARGV[2])
-wake_one(tonumber(ARGV[3]))
+local signal_ms = ARGV[3]
+"""
+    + _WAKE_ONE
+    + """
 return 1
 """,
 )
@@ -182,8 +202,9 @@ EXTEND = Script(
 -- ARGV[4] mode: 'add' (PTTL + ms), 'set' (exactly ms), 'renew' (at least ms: a watchdog
 --         renewal must never shorten a lease the holder extended)
 -- returns the new PTTL in ms, or -2 when the lock is not held with this token
-local value = redis.call('GET', KEYS[1])
-if not value or string.sub(value, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\\n' then return -2 end
+"""
+    + _is_mine("-2")
+    + """
 local ms = tonumber(ARGV[2])
 local pttl = redis.call('PTTL', KEYS[1])
 local new_ms = ms
@@ -205,9 +226,9 @@ TTL = Script(
     """-- ttl: the remaining lease of a lock held with this token.
 -- KEYS[1] lock
 -- ARGV[1] token
--- returns the PTTL in ms, or -2 when the lock is not held with this token
-local value = redis.call('GET', KEYS[1])
-if not value or string.sub(value, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\\n' then return -2 end
+-- returns the PTTL in ms, or -2 when the lock is not held with this token"""
+    + _is_mine("-2")
+    + """
 return redis.call('PTTL', KEYS[1])
 """,
 )
@@ -220,18 +241,16 @@ PASS_ON = Script(
 -- ARGV[1] waiter id ('' for an unfair waiter)  ARGV[2] wake-up signal lifetime ms
 -- ARGV[3] '1' when the leaving waiter consumed a wake-up it will not use
 -- returns 1
-"""
-    + _NOW
-    + _QUEUE_FUNCTIONS
-    + """
 local waiter = ARGV[1]
+local signal_ms = ARGV[2]
 if waiter ~= '' then
   redis.call('LREM', KEYS[5], 0, waiter)
   redis.call('ZREM', KEYS[6], waiter)
   redis.call('DEL', KEYS[7] .. waiter)
 end
-if ARGV[3] == '1' or (waiter ~= '' and redis.call('EXISTS', KEYS[1]) == 0) then
-  wake_one(tonumber(ARGV[2]))
+if ARGV[3] == '1' or (waiter ~= '' and redis.call('EXISTS', KEYS[1]) == 0) then"""
+    + _WAKE_ONE
+    + """
 end
 return 1
 """,
