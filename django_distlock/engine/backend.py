@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,7 +110,8 @@ class Backend:
         self._lock = threading.Lock()
         self._wait_pool: redis.ConnectionPool | None = None
         self._async_clients: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop, tuple[redis.asyncio.Redis, redis.asyncio.ConnectionPool]
+            asyncio.AbstractEventLoop,
+            tuple[redis.asyncio.Redis, redis.asyncio.ConnectionPool, Any],
         ] = weakref.WeakKeyDictionary()
 
     def __repr__(self) -> str:
@@ -153,9 +155,10 @@ class Backend:
             pool = _derived_pool(
                 redis.asyncio.ConnectionPool, client.connection_pool, _identify_async
             )
-            pair = (client, pool)
+            closer = _close_at_loop_shutdown(client, pool, owned=client is not source)
+            pair = (client, pool, closer)
             self._async_clients[loop] = pair
-        return pair
+        return pair[0], pair[1]
 
     def emit(self, event: Event) -> None:
         """Tell the observer about ``event``; never raises."""
@@ -168,6 +171,33 @@ class Backend:
             observer(event)
         except Exception:
             logger.exception("django-distlock observer failed on %s event", event.kind)
+
+
+def _close_at_loop_shutdown(
+    client: redis.asyncio.Redis, pool: redis.asyncio.ConnectionPool, *, owned: bool
+) -> AsyncGenerator[None, None]:
+    """Close ``pool`` (and ``client`` if we made it) when the running loop shuts down.
+
+    Asyncio connections belong to one loop and must be closed on it. An event loop has
+    no shutdown callback, but ``shutdown_asyncgens()`` (called by ``asyncio.run`` and by
+    test runners) closes every async generator started on it, so we start one whose
+    ``finally`` does the clean-up. The returned generator must be kept referenced.
+    """
+
+    async def closer() -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            await pool.disconnect()
+            if owned:
+                await client.aclose()
+
+    generator = closer()
+    # Run it to its first `yield` without awaiting (it awaits nothing before), which
+    # registers it with the running loop's async-generator hooks.
+    with contextlib.suppress(StopIteration):
+        generator.asend(None).send(None)
+    return generator
 
 
 def _derived_pool(pool_class: Any, pool: Any, identify: Callable[[Any], Any]) -> Any:

@@ -109,7 +109,7 @@ ACQUIRE = Script(
     + _KEYS_DOC
     + """
 -- ARGV[1] token            ARGV[2] lease ms          ARGV[3] owner metadata (JSON)
--- ARGV[4] lock name (index member)                    ARGV[5] fence counter lifetime ms (from seeding)
+-- ARGV[4] lock name (index member)  ARGV[5] fence counter lifetime ms (from seeding)
 -- ARGV[6] waiter id, '' when the caller will not wait  ARGV[7] waiter liveness ms
 -- ARGV[8] '1' for a fair lock, '0' otherwise
 -- returns {1, fence, acquired_at_us} when taken;

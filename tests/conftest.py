@@ -1,0 +1,85 @@
+"""Fixtures for real, private Redis servers, and Django's cache pointed at them.
+
+The session server is started in ``pytest_configure``. pytest-django imports
+``tests.settings`` earlier than that (while loading initial conftests), so the
+server URL reaches this process through ``override_settings`` and reaches
+subprocesses through ``DISTLOCK_TEST_REDIS_URL``, which ``tests.settings`` reads.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import pytest
+import redis
+from django.conf import settings
+from django.test.utils import override_settings
+
+from tests.redis_servers import RedisServer, install_termination_cleanup
+from tests.settings import REDIS_URL_ENV_VAR
+
+_SESSION_SERVER = pytest.StashKey[RedisServer]()
+_CACHES_OVERRIDE = pytest.StashKey[override_settings]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    install_termination_cleanup()
+    server = RedisServer().start()
+    config.stash[_SESSION_SERVER] = server
+    os.environ[REDIS_URL_ENV_VAR] = server.url
+    caches = {**settings.CACHES, "default": {**settings.CACHES["default"], "LOCATION": server.url}}
+    override = override_settings(CACHES=caches)
+    override.enable()
+    config.stash[_CACHES_OVERRIDE] = override
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    override = config.stash.get(_CACHES_OVERRIDE, None)
+    if override is not None:
+        override.disable()
+    server = config.stash.get(_SESSION_SERVER, None)
+    if server is not None:
+        server.stop()
+    os.environ.pop(REDIS_URL_ENV_VAR, None)
+
+
+@pytest.fixture(scope="session")
+def redis_server(pytestconfig: pytest.Config) -> RedisServer:
+    """The server shared by the whole run; ``CACHES["default"]`` points at it.
+
+    Never kill, pause or restart it: use ``private_redis`` for that.
+    """
+    return pytestconfig.stash[_SESSION_SERVER]
+
+
+@pytest.fixture
+def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    """A client for the shared server, which is flushed before the test."""
+    client = redis_server.client()
+    client.flushall()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def redis_server_factory() -> Iterator[Callable[..., RedisServer]]:
+    """Start extra private servers (``factory(["--hz", "100"], password="pw")``); all
+    stopped afterwards."""
+    servers: list[RedisServer] = []
+
+    def start(extra_args: Sequence[str] = (), **options: Any) -> RedisServer:
+        server = RedisServer(extra_args, **options)
+        servers.append(server)
+        return server.start()
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+@pytest.fixture
+def private_redis(redis_server_factory: Callable[..., RedisServer]) -> RedisServer:
+    """A dedicated, started server that the test may kill, restart or pause."""
+    return redis_server_factory()

