@@ -1,0 +1,57 @@
+"""Demo views: take a lock from a page and see who holds what."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+
+from django_distlock import LockNotAcquired, distlock
+from django_distlock.connections import get_backend
+from django_distlock.engine.keys import index_key
+
+HOLD_SECONDS = 5
+
+
+def _held_locks() -> list[dict[str, object]]:
+    backend = get_backend()
+    now_ms = time.time() * 1000
+    entries = backend.client.zrangebyscore(
+        index_key(backend.prefix), now_ms, "+inf", withscores=True
+    )
+    return [
+        {"name": name.decode(), "ttl": f"{(score - now_ms) / 1000:.1f}"} for name, score in entries
+    ]
+
+
+def index(request: HttpRequest) -> HttpResponse:
+    """The demo's home page: held locks and links that take one."""
+    return render(request, "demo/index.html", {"held": _held_locks(), "seconds": HOLD_SECONDS})
+
+
+def hold(request: HttpRequest, name: str) -> HttpResponse:
+    """Hold lock ``demo:<name>`` for a few seconds; a second request meanwhile is refused."""
+    try:
+        with distlock(f"demo:{name}", blocking=False, context="testproject.views.hold") as lock:
+            fence = lock.fence
+            time.sleep(HOLD_SECONDS)
+    except LockNotAcquired as busy:
+        context = {"name": name, "retry_after": busy.retry_after}
+        return render(request, "demo/busy.html", context, status=423)
+    return render(request, "demo/held.html", {"name": name, "fence": fence, "mode": "sync"})
+
+
+async def ahold(request: HttpRequest, name: str) -> HttpResponse:
+    """The async twin of :func:`hold`."""
+    try:
+        async with distlock(
+            f"demo:{name}", blocking=False, context="testproject.views.ahold"
+        ) as lock:
+            fence = lock.fence
+            await asyncio.sleep(HOLD_SECONDS)
+    except LockNotAcquired as busy:
+        context = {"name": name, "retry_after": busy.retry_after}
+        return render(request, "demo/busy.html", context, status=423)
+    return render(request, "demo/held.html", {"name": name, "fence": fence, "mode": "async"})
