@@ -50,16 +50,26 @@ Observer = Callable[[Event], None]
 AsyncClientSource = redis.asyncio.Redis | Callable[[], redis.asyncio.Redis]
 
 
+# Waiting connections learn their CLIENT ID so that a wait can be ended with CLIENT
+# UNBLOCK. Where ACLs forbid it the id stays None and waits end by disconnecting.
+
+
 def _identify_sync(connection: Any) -> None:
     connection.on_connect()
     connection.send_command("CLIENT", "ID")
-    connection.distlock_client_id = connection.read_response()
+    try:
+        connection.distlock_client_id = connection.read_response()
+    except redis.ResponseError:
+        connection.distlock_client_id = None
 
 
 async def _identify_async(connection: Any) -> None:
     await connection.on_connect()
     await connection.send_command("CLIENT", "ID")
-    connection.distlock_client_id = await connection.read_response()
+    try:
+        connection.distlock_client_id = await connection.read_response()
+    except redis.ResponseError:
+        connection.distlock_client_id = None
 
 
 class Backend:

@@ -130,6 +130,9 @@ class SyncDriver:
 
     def _cancel_wait(self) -> bool:
         connection = self._wait
+        if connection.distlock_client_id is None:
+            self._drop_wait()
+            return True
         pool = self.backend.wait_pool()
         other = pool.get_connection()
         try:
@@ -242,6 +245,9 @@ class AsyncDriver:
     async def _cancel_wait(self) -> bool:
         connection, read = self._wait, self._read
         assert read is not None
+        if connection.distlock_client_id is None:
+            await self._drop_wait()
+            return True
         pool = self.backend.async_wait_pool()
         other = await pool.get_connection()
         try:
