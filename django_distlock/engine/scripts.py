@@ -49,9 +49,10 @@ _NOW = """
   local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 """
 
-# Drops fair waiters that stopped confirming their place; leaves `head` = first live one.
+# Drops fair waiters that stopped confirming their place; sets `head` (a local the
+# including script declares, so that it outlives the block this is spliced into) to the
+# first live one, or false.
 _QUEUE_HEAD = """
-  local head = false
   while true do
     head = redis.call('LINDEX', KEYS[5], 0)
     if not head then break end
@@ -69,7 +70,8 @@ _QUEUE_HEAD = """
 # most one element so that a burst of releases cannot become a burst of futile retries.
 _WAKE_ONE = (
     """
-if redis.call('EXISTS', KEYS[3]) == 1 then"""
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  local head = false"""
     + _NOW
     + _QUEUE_HEAD
     + """
