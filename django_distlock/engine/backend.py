@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import threading
 import time
@@ -21,6 +22,8 @@ from .keys import validate_prefix, validate_seconds
 __all__ = ["Backend", "Event", "Observer"]
 
 logger = logging.getLogger("django_distlock")
+
+UNBOUNDED = 2**31
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +122,7 @@ class Backend:
         self._async_source = async_client
         self._lock = threading.Lock()
         self._wait_pool: redis.ConnectionPool | None = None
+        self._overflow: redis.Redis | None = None
         self._async_clients: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop,
             tuple[redis.asyncio.Redis, redis.asyncio.ConnectionPool, Any],
@@ -146,6 +150,18 @@ class Backend:
                 pool = self._wait_pool
         return pool
 
+    def overflow_client(self) -> redis.Redis:
+        """A sync client on the backend's own, unbounded pool, for when the client's
+        pool is exhausted."""
+        client = self._overflow
+        if client is None:
+            client = self._overflow = redis.Redis(connection_pool=self.wait_pool())
+        return client
+
+    def async_overflow_client(self) -> redis.asyncio.Redis:
+        """The async twin of :meth:`overflow_client`, for the running loop."""
+        return redis.asyncio.Redis(connection_pool=self.async_wait_pool())
+
     def async_client(self) -> redis.asyncio.Redis:
         """The async client for the running event loop."""
         return self._async_pair()[0]
@@ -165,7 +181,12 @@ class Backend:
             pool = _derived_pool(
                 redis.asyncio.ConnectionPool, client.connection_pool, _identify_async
             )
-            closer = _close_at_loop_shutdown(client, pool, owned=client is not source)
+            closer = _close_at_loop_shutdown(
+                client,
+                pool,
+                owned=client is not source,
+                forget=functools.partial(self._async_clients.pop, loop, None),
+            )
             pair = (client, pool, closer)
             self._async_clients[loop] = pair
         return pair[0], pair[1]
@@ -184,7 +205,11 @@ class Backend:
 
 
 def _close_at_loop_shutdown(
-    client: redis.asyncio.Redis, pool: redis.asyncio.ConnectionPool, *, owned: bool
+    client: redis.asyncio.Redis,
+    pool: redis.asyncio.ConnectionPool,
+    *,
+    owned: bool,
+    forget: Callable[[], Any],
 ) -> AsyncGenerator[None, None]:
     """Close ``pool`` (and ``client`` if we made it) when the running loop shuts down.
 
@@ -198,6 +223,7 @@ def _close_at_loop_shutdown(
         try:
             yield
         finally:
+            forget()  # the clients reference the loop: drop them so it can be collected
             await pool.disconnect()
             if owned:
                 await client.aclose()
@@ -213,6 +239,10 @@ def _close_at_loop_shutdown(
 def _derived_pool(pool_class: Any, pool: Any, identify: Callable[[Any], Any]) -> Any:
     # Same server and credentials as the client's pool, but unbounded (waiters hold a
     # connection each) and each connection learns its CLIENT ID, to be unblocked by it.
+    # redis-py 8 caps pools at 100 connections by default, hence the explicit bound; the
+    # maintenance-notification handler belongs to the source pool, and the new pool makes
+    # its own.
     kwargs = dict(pool.connection_kwargs)
+    kwargs.pop("maint_notifications_pool_handler", None)
     kwargs["redis_connect_func"] = identify
-    return pool_class(connection_class=pool.connection_class, **kwargs)
+    return pool_class(connection_class=pool.connection_class, max_connections=UNBOUNDED, **kwargs)

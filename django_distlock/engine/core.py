@@ -44,6 +44,10 @@ __all__ = [
 HOSTNAME = socket.gethostname()
 
 
+def _ms(seconds: float) -> int:
+    return max(1, math.ceil(seconds * 1000))
+
+
 @dataclass(frozen=True, slots=True)
 class Tuning:
     """Timing knobs of the waiting and renewal protocol (seconds)."""
@@ -61,9 +65,15 @@ class Tuning:
     server_wait: float = 30.0
     """Server-side timeout of one outstanding ``BLPOP``. Waking up is timed by the
     client (see ``AwaitWait``); this only cleans up after a vanished client."""
+    fence_lifetime_ms: int = field(init=False)
+    waiter_liveness_ms: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fence_lifetime_ms", _ms(self.fence_lifetime))
+        object.__setattr__(self, "waiter_liveness_ms", _ms(self.waiter_liveness))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Call:
     """Run ``script`` with ``keys`` and ``args``; the driver sends back the reply."""
 
@@ -72,14 +82,14 @@ class Call:
     args: tuple[str | int, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StartWait:
     """Send ``BLPOP key`` on a dedicated connection without waiting for the answer."""
 
     key: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AwaitWait:
     """Wait up to ``timeout`` seconds for the outstanding ``BLPOP`` to answer.
 
@@ -92,7 +102,7 @@ class AwaitWait:
     timeout: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CancelWait:
     """End the outstanding ``BLPOP`` (``CLIENT UNBLOCK``); the driver sends back
     ``True`` when it had already consumed a wake-up."""
@@ -101,7 +111,7 @@ class CancelWait:
 Op = Call | StartWait | AwaitWait | CancelWait
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Acquired:
     """The lock was taken: its fence, the server time it was taken at, and the local
     monotonic time the successful request was sent (the lease counts from there)."""
@@ -111,7 +121,7 @@ class Acquired:
     sent_at: float
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class NotAcquired:
     """The lock was not taken; ``retry_after`` is the holder's remaining lease in
     seconds (``None`` when unknown)."""
@@ -143,6 +153,8 @@ class Hold:
     lost: bool = False
     lost_reason: str = ""
     released: bool = False
+    releasing: bool = False
+    """A release is in flight: a renewal finding the lock gone proves nothing."""
     lost_reported: bool = field(default=False, repr=False)
 
     def expired(self, now: float | None = None) -> bool:
@@ -188,10 +200,6 @@ def new_token() -> str:
     return f"{random.getrandbits(128):032x}"
 
 
-def _ms(seconds: float) -> int:
-    return max(1, math.ceil(seconds * 1000))
-
-
 def acquire_steps(
     *,
     keys: LockKeys,
@@ -221,9 +229,9 @@ def acquire_steps(
         _ms(lease),
         owner,
         name,
-        _ms(tuning.fence_lifetime),
+        tuning.fence_lifetime_ms,
         waiter,
-        _ms(tuning.waiter_liveness),
+        tuning.waiter_liveness_ms,
         "1" if fair else "0",
     )
     waiting = False  # a BLPOP is outstanding
@@ -264,7 +272,7 @@ def acquire_steps(
         if may_hold:
             # Only our own token is deleted, so this is safe even if the script never ran.
             with contextlib.suppress(LockError):
-                yield Call(RELEASE, all_keys, (token, name, _ms(tuning.waiter_liveness)))
+                yield Call(RELEASE, all_keys, (token, name, tuning.waiter_liveness_ms))
         raise
     finally:
         # Leaving without the lock (or on error): stop waiting and hand on any wake-up we
@@ -276,7 +284,7 @@ def acquire_steps(
                 yield Call(
                     PASS_ON,
                     all_keys,
-                    (waiter if fair else "", _ms(tuning.waiter_liveness), "1" if consumed else "0"),
+                    (waiter if fair else "", tuning.waiter_liveness_ms, "1" if consumed else "0"),
                 )
         except LockError:
             pass

@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Awaitable, Generator
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from redis.exceptions import NoScriptError, RedisError, ResponseError
+from redis.exceptions import ConnectionError, NoScriptError, RedisError, ResponseError
 
 from .core import AwaitWait, Call, CancelWait, Op, StartWait
 from .exceptions import LockBackendUnavailable
@@ -32,6 +32,11 @@ def unavailable(name: str | None, exc: BaseException) -> LockBackendUnavailable:
     )
 
 
+def _pool_exhausted(exc: BaseException) -> bool:
+    # MaxConnectionsError on redis-py 6+, a plain ConnectionError before.
+    return isinstance(exc, ConnectionError) and "Too many connections" in str(exc)
+
+
 def _eval_args(call: Call, *, by_sha: bool) -> tuple[Any, ...]:
     head = ("EVALSHA", call.script.sha) if by_sha else ("EVAL", call.script.source)
     return (*head, len(call.keys), *call.keys, *call.args)
@@ -48,15 +53,28 @@ class SyncDriver:
         self._wait: Any = None
 
     def call(self, call: Call) -> Any:
-        """Run one script (``EVALSHA``, loading it on ``NOSCRIPT``)."""
-        client = self.backend.client
+        """Run one script (``EVALSHA``, loading it on ``NOSCRIPT``).
+
+        If the client's pool is exhausted (many threads at once against a small
+        ``max_connections``), the call runs on the backend's own pool instead: a lock
+        operation must not fail for want of a pooled connection.
+        """
         try:
             try:
-                return client.execute_command(*_eval_args(call, by_sha=True))
-            except NoScriptError:
-                return client.execute_command(*_eval_args(call, by_sha=False))
+                return self._eval(self.backend.client, call)
+            except ConnectionError as exc:
+                if not _pool_exhausted(exc):
+                    raise
+                return self._eval(self.backend.overflow_client(), call)
         except BACKEND_ERRORS as exc:
             raise unavailable(self.name, exc) from exc
+
+    @staticmethod
+    def _eval(client: Any, call: Call) -> Any:
+        try:
+            return client.execute_command(*_eval_args(call, by_sha=True))
+        except NoScriptError:
+            return client.execute_command(*_eval_args(call, by_sha=False))
 
     def call_within(self, call: Call, timeout: float) -> Any:
         """Run one script, giving up after ``timeout`` seconds whatever the client's
@@ -172,15 +190,25 @@ class AsyncDriver:
         self._read: asyncio.Task[Any] | None = None
 
     async def call(self, call: Call) -> Any:
-        """Run one script (``EVALSHA``, loading it on ``NOSCRIPT``)."""
-        client = self.backend.async_client()
+        """Run one script (``EVALSHA``, loading it on ``NOSCRIPT``); like
+        :meth:`SyncDriver.call`, overflowing onto the backend's own pool if the client's
+        pool is exhausted."""
         try:
             try:
-                return await client.execute_command(*_eval_args(call, by_sha=True))
-            except NoScriptError:
-                return await client.execute_command(*_eval_args(call, by_sha=False))
+                return await self._eval(self.backend.async_client(), call)
+            except ConnectionError as exc:
+                if not _pool_exhausted(exc):
+                    raise
+                return await self._eval(self.backend.async_overflow_client(), call)
         except BACKEND_ERRORS as exc:
             raise unavailable(self.name, exc) from exc
+
+    @staticmethod
+    async def _eval(client: Any, call: Call) -> Any:
+        try:
+            return await client.execute_command(*_eval_args(call, by_sha=True))
+        except NoScriptError:
+            return await client.execute_command(*_eval_args(call, by_sha=False))
 
     async def run(self, steps: Generator[Op, Any, T]) -> T:
         """Carry out ``steps``. A cancellation is thrown into the steps; the clean-up

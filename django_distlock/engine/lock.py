@@ -49,7 +49,7 @@ class _Unset:
 UNSET: Any = _Unset()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Attempt:
     backend: Backend
     keys: LockKeys
@@ -284,7 +284,8 @@ class Lock:
     def _settle(
         self, attempt: _Attempt, outcome: Acquired | NotAcquired, watchdog: Callable[[], Any]
     ) -> bool:
-        waited = time.monotonic() - attempt.started
+        now = time.monotonic()
+        waited = now - attempt.started
         if isinstance(outcome, NotAcquired):
             self.retry_after = outcome.retry_after
             self._emit(
@@ -309,7 +310,7 @@ class Lock:
             context=self.context,
             thread=attempt.thread,
             waited=waited,
-            started_mono=time.monotonic(),
+            started_mono=now,
         )
         self.retry_after = None
         self._hold.set(hold)
@@ -324,16 +325,24 @@ class Lock:
         """Give the lock back. Raises ``LockNotOwned`` if this thread does not hold it and
         ``LockLost`` if it was lost meanwhile (the lock is then no longer held either)."""
         hold = self._owned_hold("release")
-        reply = SyncDriver(hold.backend, self.name).call(self._release_call(hold))
+        hold.releasing = True
+        try:
+            reply = SyncDriver(hold.backend, self.name).call(self._release_call(hold))
+        finally:
+            hold.releasing = False
         self._released(hold, reply)
 
     async def arelease(self) -> None:
         """Async twin of :meth:`release`. A cancelled release still completes, and the
         local token is cleared only once Redis has confirmed."""
         hold = self._owned_hold("release")
-        reply, cancelled = await completed(
-            AsyncDriver(hold.backend, self.name).call(self._release_call(hold))
-        )
+        hold.releasing = True
+        try:
+            reply, cancelled = await completed(
+                AsyncDriver(hold.backend, self.name).call(self._release_call(hold))
+            )
+        finally:
+            hold.releasing = False
         try:
             self._released(hold, reply)
         finally:
@@ -341,18 +350,19 @@ class Lock:
                 raise asyncio.CancelledError
 
     def _release_call(self, hold: Hold) -> Call:
-        liveness_ms = math.ceil(hold.backend.tuning.waiter_liveness * 1000)
+        liveness_ms = hold.backend.tuning.waiter_liveness_ms
         return Call(RELEASE, hold.keys.all(), (hold.token, self.name, liveness_ms))
 
     def _released(self, hold: Hold, reply: Any) -> None:
-        was_lost = hold.is_lost()
         hold.released = True
         timer = hold.timer
         if timer is not None:
             timer.cancel()
         if self._hold.get() is hold:
             self._hold.set(None)
-        if int(reply) == 1 and not was_lost:
+        # Our token was still there, so nobody else held the lock meanwhile: a clean
+        # release, whatever a renewal racing with it concluded.
+        if int(reply) == 1:
             self._emit(hold.backend, "released", hold, hold.thread, held=hold.held_for)
             return
         if not hold.lost_reason:

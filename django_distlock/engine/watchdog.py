@@ -144,17 +144,20 @@ class ThreadWatchdog:
         except Exception as exc:  # the watchdog thread must not die
             logger.exception("django-distlock: unexpected error renewing %r", hold.name)
             next_due = after_failure(hold, exc)
+        if hold.released or hold.releasing:
+            return  # released while the renewal was in flight: its answer means nothing
         if next_due is None:
             _report_lost(hold, lock_ref)
-        elif not hold.released:
+        else:
             self._schedule(hold, lock_ref, next_due)
 
 
 class LoopWatchdog:
     """Renews the auto-renew holds of async code with timers on one event loop."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+    def __init__(self) -> None:
+        # No reference to the loop itself: this object is the value of a dict weakly
+        # keyed by the loop, and must not keep it alive.
         self._tasks: set[asyncio.Task[None]] = set()
 
     def watch(self, hold: Hold, lock: Lock) -> None:
@@ -163,12 +166,12 @@ class LoopWatchdog:
 
     def _schedule(self, hold: Hold, lock_ref: Callable[[], Lock | None], due: float) -> None:
         delay = max(0.0, due - time.monotonic())
-        hold.timer = self._loop.call_later(delay, self._spawn, hold, lock_ref)
+        hold.timer = asyncio.get_running_loop().call_later(delay, self._spawn, hold, lock_ref)
 
     def _spawn(self, hold: Hold, lock_ref: Callable[[], Lock | None]) -> None:
         if hold.released or hold.lost or not hold.auto_renew or lock_ref() is None:
             return
-        task = self._loop.create_task(self._renew(hold, lock_ref))
+        task = asyncio.get_running_loop().create_task(self._renew(hold, lock_ref))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -187,9 +190,11 @@ class LoopWatchdog:
         except Exception as exc:
             logger.exception("django-distlock: unexpected error renewing %r", hold.name)
             next_due = after_failure(hold, exc)
+        if hold.released or hold.releasing:
+            return  # released while the renewal was in flight: its answer means nothing
         if next_due is None:
             _report_lost(hold, lock_ref)
-        elif not hold.released:
+        else:
             self._schedule(hold, lock_ref, next_due)
 
 
@@ -215,7 +220,7 @@ def loop_watchdog() -> LoopWatchdog:
     loop = asyncio.get_running_loop()
     watchdog = _loop_watchdogs.get(loop)
     if watchdog is None:
-        watchdog = _loop_watchdogs[loop] = LoopWatchdog(loop)
+        watchdog = _loop_watchdogs[loop] = LoopWatchdog()
     return watchdog
 
 

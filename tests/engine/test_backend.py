@@ -1,0 +1,301 @@
+"""Backend: configuration, clients per event loop, key prefix, and observer events."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import os
+import socket
+import threading
+import time
+
+import pytest
+import redis
+import redis.asyncio
+
+from django_distlock.engine import (
+    Backend,
+    Event,
+    Lock,
+    LockError,
+    LockKeys,
+)
+from tests.engine.support import (
+    async_client,
+    await_until,
+    blocked_clients,
+    lock_key,
+    sync_client,
+)
+
+# -- configuration ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "argument"),
+    [
+        ({"prefix": ""}, ValueError, "prefix"),
+        ({"prefix": "{app}:"}, ValueError, "prefix"),
+        ({"prefix": "app}"}, ValueError, "prefix"),
+        ({"prefix": 1}, TypeError, "prefix"),
+        ({"timeout": 0}, ValueError, "timeout"),
+        ({"timeout": -5}, ValueError, "timeout"),
+        ({"timeout": math.nan}, ValueError, "timeout"),
+        ({"timeout": math.inf}, ValueError, "timeout"),
+        ({"timeout": True}, TypeError, "timeout"),
+        ({"timeout": "30"}, TypeError, "timeout"),
+        ({"auto_renew": 1}, TypeError, "auto_renew"),
+        ({"observer": "log"}, TypeError, "observer"),
+    ],
+    ids=repr,
+)
+def test_bad_backend_arguments_are_rejected_naming_the_argument(kwargs, error, argument):
+    with pytest.raises(error, match=argument):
+        Backend(redis.Redis(), **kwargs)
+
+
+@pytest.mark.parametrize("client", ["redis://localhost", 42, redis.asyncio.Redis()], ids=repr)
+def test_backend_client_must_be_a_sync_redis_client(client):
+    with pytest.raises(TypeError, match="client"):
+        Backend(client)
+
+
+def test_backend_needs_at_least_one_client():
+    with pytest.raises(TypeError, match="client"):
+        Backend()
+    with pytest.raises(TypeError, match="client"):
+        Backend(None, async_client=None)
+
+
+def test_backend_repr_names_the_prefix():
+    assert "app:locks:" in repr(Backend(redis.Redis(), prefix="app:locks:"))
+
+
+async def test_sync_use_without_a_sync_client_raises_lock_error(redis_server):
+    backend = Backend(async_client=lambda: async_client(redis_server.port))
+    lock = Lock("x", backend=backend)
+    with pytest.raises(LockError, match="sync client"):
+        lock.acquire()
+    assert await lock.aacquire()
+    await lock.arelease()
+
+
+async def test_async_use_without_an_async_client_raises_lock_error(redis_server, redis_client):
+    backend = Backend(sync_client(redis_server.port))
+    lock = Lock("x", backend=backend)
+    with pytest.raises(LockError, match="async client"):
+        await lock.aacquire()
+    assert lock.acquire()
+    lock.release()
+    backend.client.close()
+
+
+async def test_async_client_factory_is_called_once_per_event_loop(redis_server, redis_client):
+    made = []
+
+    def factory():
+        made.append(asyncio.get_running_loop())
+        return async_client(redis_server.port)
+
+    backend = Backend(async_client=factory)
+    lock = Lock("per-loop", backend=backend)
+    for _ in range(3):
+        async with lock:
+            pass
+    assert made == [asyncio.get_running_loop()]
+
+    def in_a_new_loop():
+        async def use():
+            async with lock:
+                return asyncio.get_running_loop()
+
+        return asyncio.run(use())
+
+    other_loop = await asyncio.to_thread(in_a_new_loop)
+    assert made == [asyncio.get_running_loop(), other_loop]
+
+
+async def test_async_client_may_be_given_as_an_instance(redis_server, redis_client):
+    client = async_client(redis_server.port)
+    try:
+        backend = Backend(async_client=client)
+        lock = Lock("instance", backend=backend)
+        async with lock:
+            assert await client.exists(lock_key("instance")) == 1
+        assert await client.exists(lock_key("instance")) == 0
+    finally:
+        await client.aclose()
+
+
+# -- the prefix -------------------------------------------------------------------------
+
+
+async def test_every_key_a_lock_writes_is_under_the_prefix(make_backend, redis_client):
+    """Holders, fair and unfair waiters, extends and releases leave keys under the
+    prefix only."""
+    backend = make_backend(prefix="app:locks:")
+    seen: set[bytes] = set()
+
+    def snapshot():
+        seen.update(redis_client.keys("*"))
+
+    for fair in (False, True):
+        holder = Lock("job", backend=backend, fair=fair)
+        await holder.aacquire()
+        waiters = [
+            asyncio.create_task(Lock("job", backend=backend, fair=fair).aacquire(blocking_timeout=5))
+            for _ in range(2)
+        ]
+        await await_until(lambda: blocked_clients(redis_client) == 2)
+        await holder.aextend(1)
+        snapshot()
+        await holder.arelease()
+        done, _ = await asyncio.wait(waiters, timeout=5, return_when=asyncio.FIRST_COMPLETED)
+        assert [task.result() for task in done] == [True]
+        snapshot()
+        for task in waiters:
+            task.cancel()
+        await asyncio.gather(*waiters, return_exceptions=True)
+        snapshot()
+        redis_client.delete(LockKeys.for_name("app:locks:", "job").lock)
+
+    assert seen
+    assert all(key.startswith(b"app:locks:") for key in seen), seen
+    assert b"app:locks:{job}" in seen
+    assert b"app:locks:index" in seen
+
+
+async def test_locks_under_different_prefixes_are_independent(api, make_backend, redis_client):
+    first = Lock("same", backend=make_backend(prefix="one:"))
+    second = Lock("same", backend=make_backend(prefix="two:"))
+    assert await api.acquire(first, blocking=False)
+    assert await api.acquire(second, blocking=False)
+    assert redis_client.exists("one:{same}", "two:{same}") == 2
+    await api.release(first)
+    await api.release(second)
+
+
+# -- events -----------------------------------------------------------------------------
+
+
+def current_thread_label(api):
+    if api.name == "sync":
+        return threading.current_thread().name
+    return asyncio.current_task().get_name()
+
+
+def assert_common_fields(event: Event, api, *, name: str, context: str) -> None:
+    assert event.name == name
+    assert event.context == context
+    assert event.host == socket.gethostname()
+    assert event.pid == os.getpid()
+    assert event.thread == current_thread_label(api)
+    assert abs(event.at - time.time()) < 5
+
+
+async def test_acquired_and_released_events(api, observed_backend, recorder):
+    lock = Lock("evt", backend=observed_backend, context="nightly")
+    await api.acquire(lock)
+    fence = lock.fence
+    await asyncio.sleep(0.05)
+    await api.release(lock)
+
+    assert recorder.kinds() == ["acquired", "released"]
+    acquired, released = recorder.events
+    for event in (acquired, released):
+        assert_common_fields(event, api, name="evt", context="nightly")
+        assert event.fence == fence
+        assert event.reason == ""
+    assert 0 <= acquired.waited < 0.5
+    assert acquired.held is None
+    assert 0.05 <= released.held < 2
+    assert acquired.at <= released.at
+
+
+async def test_waited_counts_the_wait(api, observed_backend, recorder):
+    holder = Lock("evt", backend=observed_backend, timeout=0.3, auto_renew=False)
+    await api.acquire(holder)
+    waiter = Lock("evt", backend=observed_backend)
+    assert await api.acquire(waiter, blocking_timeout=5)
+    acquired = recorder.of("acquired")
+    assert len(acquired) == 2
+    assert acquired[1].fence == acquired[0].fence + 1
+    assert 0.2 <= acquired[1].waited < 2
+
+
+async def test_contended_events(api, observed_backend, recorder):
+    holder = Lock("evt", backend=observed_backend, timeout=10)
+    await api.acquire(holder)
+    other = Lock("evt", backend=observed_backend, context="ctx")
+    assert not await api.acquire(other, blocking=False)
+    assert not await api.acquire(other, blocking_timeout=0.2)
+
+    contended = recorder.of("contended")
+    assert len(contended) == 2
+    for event in contended:
+        assert_common_fields(event, api, name="evt", context="ctx")
+        assert event.fence is None
+        assert 8 < event.retry_after <= 10
+    assert contended[0].waited < 0.5
+    assert 0.2 <= contended[1].waited < 2
+
+
+async def test_extended_event(api, observed_backend, recorder):
+    lock = Lock("evt", backend=observed_backend, auto_renew=False)
+    await api.acquire(lock)
+    await api.extend(lock, 5)
+    await api.reacquire(lock)
+    extended = recorder.of("extended")
+    assert len(extended) == 2
+    for event in extended:
+        assert_common_fields(event, api, name="evt", context="")
+        assert event.fence == lock.fence
+
+
+async def test_lost_event_when_an_extend_finds_the_lock_gone(
+    api, observed_backend, recorder, redis_client
+):
+    lock = Lock("evt", backend=observed_backend, auto_renew=False)
+    await api.acquire(lock)
+    fence = lock.fence
+    redis_client.delete(lock_key("evt"))
+    with pytest.raises(LockError):
+        await api.extend(lock, 5)
+    with pytest.raises(LockError):
+        await api.release(lock)
+    lost = recorder.of("lost")
+    assert len(lost) == 1  # reported once, not again by the failed release
+    assert_common_fields(lost[0], api, name="evt", context="")
+    assert lost[0].fence == fence
+    assert lost[0].reason
+    assert lost[0].held >= 0
+    assert "released" not in recorder.kinds()
+
+
+async def test_a_failing_observer_never_breaks_the_lock(api, make_backend, redis_client, caplog):
+    calls = []
+
+    def broken(event):
+        calls.append(event.kind)
+        raise RuntimeError("observer is down")
+
+    backend = make_backend(observer=broken)
+    lock = Lock("evt", backend=backend)
+    with caplog.at_level(logging.ERROR, logger="django_distlock"):
+        async with api.hold(lock):
+            assert redis_client.exists(lock_key("evt")) == 1
+            assert not await api.acquire(Lock("evt", backend=backend), blocking=False)
+    assert redis_client.exists(lock_key("evt")) == 0
+    assert calls == ["acquired", "contended", "released"]
+    failures = [r for r in caplog.records if "observer failed" in r.getMessage()]
+    assert len(failures) == 3
+
+
+def test_emit_stamps_the_time_and_keeps_a_given_one(recorder):
+    backend = Backend(redis.Redis(), observer=recorder)
+    common = {"name": "n", "fence": 1, "context": "", "host": "h", "pid": 1, "thread": "t"}
+    backend.emit(Event("acquired", **common))
+    backend.emit(Event("released", **common, at=123.0))
+    assert abs(recorder.events[0].at - time.time()) < 5
+    assert recorder.events[1].at == 123.0

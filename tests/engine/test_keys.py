@@ -1,0 +1,250 @@
+"""Validation of user input and the key layout of a lock (pure: no server needed)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from redis.crc import key_slot
+
+from django_distlock.engine import MAX_NAME_LENGTH, LockKeys, validate_name
+from django_distlock.engine.keys import index_key, validate_prefix, validate_seconds
+
+EMOJI = "\N{GRINNING FACE}"
+
+valid_names = st.text(
+    st.characters(exclude_categories=("Cs",), exclude_characters="\x00"),
+    min_size=1,
+    max_size=MAX_NAME_LENGTH,
+)
+# Names stressing the hash tag and escaping: braces, percent signs, their escapes.
+tricky_names = st.text(
+    st.sampled_from(["{", "}", "%", "7", "B", "D", "2", "5", "a", EMOJI]), min_size=1, max_size=12
+)
+
+
+def slot(key: str) -> int:
+    return key_slot(key.encode())
+
+
+def per_lock_keys(keys: LockKeys) -> list[str]:
+    """Every key of one lock except the shared listing index, with a sample wake list."""
+    return [key for key in keys.all() if key != keys.index] + [keys.wake("0123456789abcdef")]
+
+
+# -- names ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "a",
+        "invoice:42",
+        "x" * MAX_NAME_LENGTH,
+        EMOJI * MAX_NAME_LENGTH,
+        "{braces}%25 and spaces\nnewline",
+        "index",
+    ],
+    ids=["one-char", "plain", "512-ascii", "512-emoji", "special", "index"],
+)
+def test_valid_names_are_returned_unchanged(name):
+    assert validate_name(name) is name
+
+
+def test_name_length_is_counted_in_code_points():
+    assert MAX_NAME_LENGTH == 512
+    assert len((EMOJI * 512).encode()) == 2048  # far over 512 bytes, still valid
+    assert validate_name(EMOJI * 512) == EMOJI * 512
+    with pytest.raises(ValueError, match="at most 512"):
+        validate_name(EMOJI * 513)
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [
+        (None, TypeError),
+        (42, TypeError),
+        (b"bytes", TypeError),
+        (["list"], TypeError),
+        ("", ValueError),
+        ("x" * (MAX_NAME_LENGTH + 1), ValueError),
+        ("nul\x00inside", ValueError),
+        ("\x00", ValueError),
+        ("lone \ud800 surrogate", ValueError),
+        ("\udfff", ValueError),
+    ],
+    ids=[
+        "none",
+        "int",
+        "bytes",
+        "list",
+        "empty",
+        "513-chars",
+        "nul",
+        "only-nul",
+        "high-surrogate",
+        "low-surrogate",
+    ],
+)
+def test_invalid_names_are_rejected_naming_the_argument(name, error):
+    with pytest.raises(error, match="^name "):
+        validate_name(name)
+    with pytest.raises(error, match="^formatted lock name "):
+        validate_name(name, "formatted lock name")
+
+
+@given(valid_names)
+def test_every_valid_name_is_accepted(name):
+    assert validate_name(name) == name
+
+
+@given(
+    st.one_of(
+        st.text(max_size=20).map(lambda s: s + "\x00"),
+        st.text(min_size=MAX_NAME_LENGTH + 1, max_size=MAX_NAME_LENGTH + 40),
+        st.text(max_size=5).map(lambda s: s + "\ud834"),
+        st.integers(),
+        st.binary(),
+        st.none(),
+        st.floats(),
+    )
+)
+def test_every_invalid_name_is_rejected(name):
+    with pytest.raises((TypeError, ValueError), match="^name "):
+        validate_name(name)
+
+
+# -- seconds ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [1, 0.5, 0.001, 30, 7 * 24 * 3600.0])
+def test_valid_seconds_are_returned_as_float(value):
+    seconds = validate_seconds(value, "timeout")
+    assert isinstance(seconds, float)
+    assert seconds == value
+
+
+def test_zero_seconds_only_when_allowed():
+    assert validate_seconds(0, "blocking_timeout", allow_zero=True) == 0.0
+    assert validate_seconds(0.0, "blocking_timeout", allow_zero=True) == 0.0
+    with pytest.raises(ValueError, match="timeout must be positive"):
+        validate_seconds(0, "timeout")
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        (0, ValueError),
+        (-1, ValueError),
+        (-0.5, ValueError),
+        (1e-4, ValueError),
+        (math.nan, ValueError),
+        (math.inf, ValueError),
+        (-math.inf, ValueError),
+        (True, TypeError),
+        (False, TypeError),
+        ("1", TypeError),
+        (None, TypeError),
+        ([1], TypeError),
+    ],
+    ids=repr,
+)
+def test_invalid_seconds_are_rejected_naming_the_argument(value, error):
+    with pytest.raises(error, match="^extend_by "):
+        validate_seconds(value, "extend_by")
+
+
+@pytest.mark.parametrize("value", [-1, -1e-9, math.nan, math.inf, True, "0"], ids=repr)
+def test_invalid_seconds_are_rejected_even_when_zero_is_allowed(value):
+    with pytest.raises((TypeError, ValueError), match="^blocking_timeout "):
+        validate_seconds(value, "blocking_timeout", allow_zero=True)
+
+
+# -- prefix -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("prefix", "error"),
+    [
+        ("", ValueError),
+        ("{app}:", ValueError),
+        ("app{", ValueError),
+        ("app}", ValueError),
+        ("a\x00b:", ValueError),
+        (None, TypeError),
+        (b"app:", TypeError),
+    ],
+    ids=repr,
+)
+def test_invalid_prefixes_are_rejected(prefix, error):
+    with pytest.raises(error, match="prefix"):
+        validate_prefix(prefix)
+
+
+def test_valid_prefix_is_returned():
+    assert validate_prefix("myapp:locks:") == "myapp:locks:"
+
+
+# -- key layout -------------------------------------------------------------------------
+
+
+def test_key_layout_of_a_plain_name():
+    keys = LockKeys.for_name("app:", "invoice:42")
+    assert keys.lock == "app:{invoice:42}"
+    assert keys.index == index_key("app:") == "app:index"
+    assert len(set(keys.all())) == len(keys.all()) == 8
+    for key in per_lock_keys(keys):
+        assert key.startswith(keys.lock)
+    assert keys.all()[0] == keys.lock  # KEYS[1] of every script is the lock itself
+
+
+@given(valid_names, st.sampled_from(["distlock:", "p:", "my app/locks%:"]))
+def test_every_key_lives_under_the_prefix(name, prefix):
+    keys = LockKeys.for_name(prefix, name)
+    for key in (*keys.all(), keys.wake("w")):
+        assert key.startswith(prefix)
+
+
+@given(st.one_of(valid_names, tricky_names))
+def test_all_keys_of_one_lock_share_one_cluster_slot(name):
+    keys = LockKeys.for_name("distlock:", name)
+    slots = {slot(key) for key in per_lock_keys(keys)}
+    assert len(slots) == 1
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["{", "}", "{}", "}{", "a{b}c", "%", "%7B", "%7D", "%25", "{x", f"{EMOJI}{{{EMOJI}}}"],
+)
+def test_braces_and_percent_signs_cannot_break_the_hash_tag(name):
+    keys = LockKeys.for_name("distlock:", name)
+    # The hash tag is exactly the whole (escaped) name, so the slot is that of the name.
+    tag = keys.lock[len("distlock:{") : -1]
+    assert "{" not in tag
+    assert "}" not in tag
+    assert {slot(key) for key in per_lock_keys(keys)} == {key_slot(tag.encode())}
+
+
+@given(st.one_of(valid_names, tricky_names), st.one_of(valid_names, tricky_names))
+def test_different_names_share_no_key_but_the_index(first, second):
+    if first == second:
+        return
+    a = LockKeys.for_name("distlock:", first)
+    b = LockKeys.for_name("distlock:", second)
+    assert set(per_lock_keys(a)) & set(per_lock_keys(b)) == set()
+    assert a.index == b.index
+
+
+def test_escapes_do_not_collide_with_their_spelled_out_form():
+    names = ["{", "%7B", "}", "%7D", "%", "%25", "%257B"]
+    locks = {LockKeys.for_name("distlock:", name).lock for name in names}
+    assert len(locks) == len(names)
+
+
+def test_a_lock_named_index_does_not_collide_with_the_index():
+    keys = LockKeys.for_name("distlock:", "index")
+    assert keys.lock == "distlock:{index}"
+    assert keys.index == "distlock:index"
+    assert keys.index not in per_lock_keys(keys)

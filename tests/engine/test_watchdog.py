@@ -1,0 +1,286 @@
+"""Lease renewal and lost-lock detection (the thread watchdog for sync holders, the loop
+watchdog for async ones), driven through the public Lock API."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+import time
+import weakref
+
+import pytest
+import redis
+import redis.asyncio
+
+from django_distlock.engine import Backend, Lock, LockLost, LockNotOwned
+from django_distlock.engine.scripts import RELEASE
+from tests.engine.support import (
+    HOST,
+    Recorder,
+    async_client,
+    await_until,
+    close_backend,
+    lock_key,
+    stored_lock,
+)
+
+
+class OnLost:
+    """An ``on_lost`` callback that records its calls (lock, thread, time)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Lock, str, float]] = []
+
+    def __call__(self, lock: Lock) -> None:
+        self.calls.append((lock, threading.current_thread().name, time.monotonic()))
+
+
+# -- renewal ----------------------------------------------------------------------------
+
+
+async def test_auto_renew_keeps_a_short_lease_alive(api, backend, redis_client):
+    lock = Lock("renewed", backend=backend, timeout=0.3, auto_renew=True)
+    await api.acquire(lock)
+    started = time.monotonic()
+    while time.monotonic() - started < 1.5:  # five leases
+        await asyncio.sleep(0.05)
+        assert redis_client.pttl(lock_key("renewed")) > 0
+        assert lock.held
+        assert not lock.lost
+    assert stored_lock(redis_client, "renewed").token == lock.token
+    assert await api.owned(lock)
+    assert 0 < lock.valid_until - time.time() <= 0.3
+    await api.release(lock)  # no LockLost
+    assert redis_client.exists(lock_key("renewed")) == 0
+
+
+async def test_without_auto_renew_the_lease_runs_out(api, backend, redis_client):
+    lock = Lock("expires", backend=backend, timeout=0.2, auto_renew=False)
+    with pytest.raises(LockLost):
+        async with api.hold(lock):
+            await asyncio.sleep(0.3)
+            assert lock.lost
+            assert not lock.held
+            assert redis_client.exists(lock_key("expires")) == 0
+
+
+async def test_renewal_never_shortens_an_extended_lease(api, backend, redis_client):
+    lock = Lock("extended", backend=backend, timeout=0.3, auto_renew=True)
+    await api.acquire(lock)
+    await api.extend(lock, 5)
+    await asyncio.sleep(0.5)  # several renewals of 0.3 s are due meanwhile
+    assert redis_client.pttl(lock_key("extended")) > 4_500
+    assert lock.valid_until - time.time() > 4.5
+    await api.release(lock)
+
+
+async def test_one_watchdog_renews_many_locks(api, backend, redis_client):
+    locks = [Lock(f"many:{i}", backend=backend, timeout=0.3) for i in range(30)]
+    for lock in locks:
+        await api.acquire(lock)
+    await asyncio.sleep(0.7)
+    assert all(redis_client.pttl(lock_key(f"many:{i}")) > 0 for i in range(30))
+    for lock in locks:
+        await api.release(lock)
+
+
+async def test_renewal_stops_after_release(api, backend, redis_client):
+    lock = Lock("stop", backend=backend, timeout=0.3)
+    await api.acquire(lock)
+    await api.release(lock)
+    # A later holder without renewal: nothing may extend its lease behind its back.
+    later = Lock("stop", backend=backend, timeout=0.3, auto_renew=False)
+    await api.acquire(later)
+    await asyncio.sleep(0.4)
+    assert redis_client.exists(lock_key("stop")) == 0
+
+
+async def test_a_forgotten_lock_object_is_not_renewed_forever(api, backend, redis_client):
+    lock = Lock("forgotten", backend=backend, timeout=0.3)
+    await api.acquire(lock)
+    del lock
+    gc.collect()
+    # Nobody can release it any more, so the lease is left to run out.
+    await await_until(lambda: redis_client.exists(lock_key("forgotten")) == 0, timeout=2)
+
+
+# -- lost locks -------------------------------------------------------------------------
+
+
+def take_over(redis_client: redis.Redis, name: str) -> None:
+    """Another holder's value under the same key, as after expiry and re-acquisition."""
+    redis_client.set(lock_key(name), "another-token\n1\n1\n10000\n{}", px=10_000)
+
+
+@pytest.mark.parametrize("how", ["deleted", "taken-over"])
+async def test_watchdog_finds_a_lost_lock_within_a_third_of_the_lease(
+    api, observed_backend, recorder, redis_client, how
+):
+    on_lost = OnLost()
+    lock = Lock("lost", backend=observed_backend, timeout=0.9, on_lost=on_lost)
+    with pytest.raises(LockLost) as caught:
+        async with api.hold(lock):
+            fence = lock.fence
+            if how == "deleted":
+                redis_client.delete(lock_key("lost"))
+            else:
+                take_over(redis_client, "lost")
+            removed_at = time.monotonic()
+            event = await recorder.await_for("lost", timeout=3)
+            assert event is not None
+            assert on_lost.calls
+            assert on_lost.calls[0][2] - removed_at < 0.3 + 0.3
+            assert lock.lost is True
+            assert lock.held is False
+            await asyncio.sleep(0.4)  # later renewals must not report it again
+    assert caught.value.name == "lost"
+    assert len(on_lost.calls) == 1
+    called_with, thread, _ = on_lost.calls[0]
+    assert called_with is lock
+    if api.name == "async":
+        assert thread == threading.current_thread().name  # on the event loop
+    assert [e.kind for e in recorder.events].count("lost") == 1
+    assert event.fence == fence
+    assert event.reason
+    assert "released" not in recorder.kinds()
+    if how == "taken-over":  # the other holder's lock is left alone
+        assert stored_lock(redis_client, "lost").token == "another-token"
+
+
+async def test_raise_on_lost_false_leaves_quietly(api, observed_backend, recorder, redis_client):
+    on_lost = OnLost()
+    lock = Lock("lost", backend=observed_backend, timeout=0.6, on_lost=on_lost, raise_on_lost=False)
+    async with api.hold(lock):
+        redis_client.delete(lock_key("lost"))
+        assert await recorder.await_for("lost", timeout=3)
+    assert len(on_lost.calls) == 1
+    assert lock.held is False
+
+
+async def test_lock_lost_does_not_replace_the_body_exception(
+    api, observed_backend, recorder, redis_client
+):
+    lock = Lock("lost", backend=observed_backend, timeout=0.6)
+    with pytest.raises(KeyError, match="from the body"):
+        async with api.hold(lock):
+            redis_client.delete(lock_key("lost"))
+            assert await recorder.await_for("lost", timeout=3)
+            raise KeyError("from the body")
+    assert lock.held is False
+
+
+async def test_a_failing_on_lost_callback_does_not_stop_the_watchdog(
+    api, observed_backend, recorder, redis_client, caplog
+):
+    def broken(lock):
+        raise RuntimeError("callback is broken")
+
+    lost = Lock("lost", backend=observed_backend, timeout=0.6, on_lost=broken)
+    alive = Lock("alive", backend=observed_backend, timeout=0.3)
+    await api.acquire(lost)
+    await api.acquire(alive)
+    redis_client.delete(lock_key("lost"))
+    assert await recorder.await_for("lost", timeout=3)
+    await asyncio.sleep(0.5)  # "alive" still gets renewed
+    assert redis_client.pttl(lock_key("alive")) > 0
+    assert any("on_lost" in r.getMessage() for r in caplog.records)
+    await api.release(alive)
+    with pytest.raises(LockLost):
+        await api.release(lost)
+
+
+async def test_a_lost_lock_can_be_acquired_again(api, observed_backend, recorder, redis_client):
+    lock = Lock("again", backend=observed_backend, timeout=0.6)
+    await api.acquire(lock)
+    first = lock.fence
+    redis_client.delete(lock_key("again"))
+    assert await recorder.await_for("lost", timeout=3)
+    assert await api.acquire(lock, blocking=False)
+    assert lock.fence > first
+    assert lock.held
+    await api.release(lock)
+    with pytest.raises(LockNotOwned):
+        await api.release(lock)
+
+
+# -- a release that races a renewal -----------------------------------------------------
+
+
+class SlowReleaseReplies(redis.Redis):
+    """Delays the reply to the release script, as a slow network would."""
+
+    delay = 0.0
+
+    def execute_command(self, *args, **options):
+        reply = super().execute_command(*args, **options)
+        if len(args) > 1 and args[1] in (RELEASE.sha, RELEASE.source):
+            time.sleep(self.delay)
+        return reply
+
+
+class AsyncSlowReleaseReplies(redis.asyncio.Redis):
+    delay = 0.0
+
+    async def execute_command(self, *args, **options):
+        reply = await super().execute_command(*args, **options)
+        if len(args) > 1 and args[1] in (RELEASE.sha, RELEASE.source):
+            await asyncio.sleep(self.delay)
+        return reply
+
+
+async def test_a_clean_release_is_never_reported_lost(api, redis_server, redis_client):
+    """The release is done in Redis when a renewal comes due while its reply is still on
+    the way: that renewal finds no lock, and must not turn a clean release into a lost
+    lock (LockLost from release, a LOST event, on_lost)."""
+    recorder = Recorder()
+    on_lost = OnLost()
+    backend = Backend(
+        SlowReleaseReplies(host=HOST, port=redis_server.port),
+        async_client=lambda: AsyncSlowReleaseReplies(host=HOST, port=redis_server.port),
+        observer=recorder,
+    )
+    try:
+        # Renewals every 0.2 s; the release reply takes 0.3 s, so one renewal is sent
+        # after the lock is gone. The lease itself (0.6 s) does not run out meanwhile.
+        lock = Lock("racy", backend=backend, timeout=0.6, on_lost=on_lost)
+        await api.acquire(lock)
+        await asyncio.sleep(0.05)
+        SlowReleaseReplies.delay = AsyncSlowReleaseReplies.delay = 0.3
+        await api.release(lock)
+        SlowReleaseReplies.delay = AsyncSlowReleaseReplies.delay = 0.0
+        await asyncio.sleep(0.4)
+        assert redis_client.exists(lock_key("racy")) == 0
+        assert recorder.kinds() == ["acquired", "released"]
+        assert on_lost.calls == []
+    finally:
+        SlowReleaseReplies.delay = AsyncSlowReleaseReplies.delay = 0.0
+        await close_backend(backend)
+
+
+# -- event loops come and go ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("auto_renew", [False, True], ids=["plain", "auto-renew"])
+def test_a_closed_event_loop_that_used_locks_can_be_collected(
+    redis_server, redis_client, auto_renew
+):
+    """Async clients and watchdogs are kept per event loop in weak mappings: a loop that
+    is closed (asgiref's async_to_sync makes one per call in sync code) must not be kept
+    alive by them."""
+    backend = Backend(async_client=lambda: async_client(redis_server.port))
+    lock = Lock("loops", backend=backend, auto_renew=auto_renew)
+
+    async def use():
+        async with lock:
+            pass
+
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(use())
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()
+    loop_ref = weakref.ref(loop)
+    del loop
+    gc.collect()
+    assert loop_ref() is None
+    assert redis_client.exists(lock_key("loops")) == 0
