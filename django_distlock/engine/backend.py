@@ -123,6 +123,7 @@ class Backend:
         self._lock = threading.Lock()
         self._wait_pool: redis.ConnectionPool | None = None
         self._overflow: redis.Redis | None = None
+        self._renewal_connection: Any = None
         self._async_clients: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop,
             tuple[redis.asyncio.Redis, redis.asyncio.ConnectionPool, Any],
@@ -149,6 +150,17 @@ class Backend:
                     )
                 pool = self._wait_pool
         return pool
+
+    def renewal_connection(self) -> Any:
+        """The connection the watchdog thread renews locks on. It is not taken from a
+        pool, whose ``get_connection`` would connect with the client's (long) timeouts:
+        the caller opens it within the time left on the lease."""
+        connection = self._renewal_connection
+        if connection is None:
+            pool = self.wait_pool()
+            connection = pool.connection_class(**pool.connection_kwargs)
+            self._renewal_connection = connection
+        return connection
 
     def overflow_client(self) -> redis.Redis:
         """A sync client on the backend's own, unbounded pool, for when the client's

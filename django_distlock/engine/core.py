@@ -135,19 +135,20 @@ class Hold:
 
     name: str
     token: str
-    fence: int
     lease: float
-    acquired_at: float
-    """Server time (epoch seconds) the lock was taken."""
-    valid_until_mono: float
-    """Local monotonic time the lease ends at, counted from when the request was sent."""
     backend: Backend
     keys: LockKeys
     auto_renew: bool
     context: str
     thread: str
-    waited: float
     started_mono: float
+    """Local monotonic time the lock was taken (the acquire began, until it succeeds)."""
+    fence: int = 0
+    acquired_at: float = 0.0
+    """Server time (epoch seconds) the lock was taken."""
+    valid_until_mono: float = 0.0
+    """Local monotonic time the lease ends at, counted from when the request was sent."""
+    waited: float = 0.0
     timer: Any = field(default=None, repr=False)
     """The async watchdog's pending renewal (cancelled on release)."""
     lost: bool = False

@@ -37,6 +37,23 @@ def _pool_exhausted(exc: BaseException) -> bool:
     return isinstance(exc, ConnectionError) and "Too many connections" in str(exc)
 
 
+def _connect_within(connection: Any, timeout: float) -> None:
+    """Open ``connection`` if needed, taking at most ``timeout`` seconds for the connect
+    and the handshake (a stalled server accepts TCP connections but never answers)."""
+    if getattr(connection, "_sock", None) is not None:
+        return
+    saved = connection.socket_timeout, connection.socket_connect_timeout
+    bound = max(timeout, 0.001)
+    connection.socket_timeout = connection.socket_connect_timeout = bound
+    try:
+        connection.connect()
+    finally:
+        connection.socket_timeout, connection.socket_connect_timeout = saved
+        sock = getattr(connection, "_sock", None)
+        if sock is not None:
+            sock.settimeout(saved[0])
+
+
 def _eval_args(call: Call, *, by_sha: bool) -> tuple[Any, ...]:
     head = ("EVALSHA", call.script.sha) if by_sha else ("EVAL", call.script.source)
     return (*head, len(call.keys), *call.keys, *call.args)
@@ -78,10 +95,11 @@ class SyncDriver:
 
     def call_within(self, call: Call, timeout: float) -> Any:
         """Run one script, giving up after ``timeout`` seconds whatever the client's
-        socket timeout (used where an answer is useless past a deadline)."""
-        pool = self.backend.wait_pool()
-        connection = pool.get_connection()
+        socket timeout (used where an answer is useless past a deadline: renewals, from
+        the watchdog thread only, on the backend's renewal connection)."""
+        connection = self.backend.renewal_connection()
         try:
+            _connect_within(connection, timeout)
             for by_sha in (True, False):
                 connection.send_command(*_eval_args(call, by_sha=by_sha))
                 if not connection.can_read(timeout=max(timeout, 0.0)):
@@ -95,8 +113,6 @@ class SyncDriver:
         except BACKEND_ERRORS as exc:
             connection.disconnect()
             raise unavailable(self.name, exc) from exc
-        finally:
-            pool.release(connection)
 
     def run(self, steps: Generator[Op, Any, T]) -> T:
         """Carry out ``steps`` and return their result. Any exception met on the way,
@@ -148,6 +164,8 @@ class SyncDriver:
 
     def _cancel_wait(self) -> bool:
         connection = self._wait
+        if connection is None:
+            return False  # the wait already ended with its connection (server gone)
         if connection.distlock_client_id is None:
             self._drop_wait()
             return True
@@ -272,7 +290,8 @@ class AsyncDriver:
 
     async def _cancel_wait(self) -> bool:
         connection, read = self._wait, self._read
-        assert read is not None
+        if connection is None or read is None:
+            return False  # the wait already ended with its connection (server gone)
         if connection.distlock_client_id is None:
             await self._drop_wait()
             return True

@@ -12,7 +12,6 @@ import threading
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, overload
 
@@ -47,19 +46,6 @@ class _Unset:
 
 
 UNSET: Any = _Unset()
-
-
-@dataclass(slots=True)
-class _Attempt:
-    backend: Backend
-    keys: LockKeys
-    token: str
-    lease: float
-    auto_renew: bool
-    thread: str
-    owner: str
-    blocking_timeout: float | None
-    started: float
 
 
 def _thread_label() -> str:
@@ -209,9 +195,9 @@ class Lock:
         Raises ``LockBackendUnavailable`` if Redis cannot be reached, even when waiting
         forever, and ``LockError`` if this thread already holds it.
         """
-        attempt, steps = self._begin(blocking, blocking_timeout, _thread_label())
-        outcome = SyncDriver(attempt.backend, self.name).run(steps)
-        return self._settle(attempt, outcome, thread_watchdog)
+        hold, steps = self._begin(blocking, blocking_timeout, _thread_label())
+        outcome = SyncDriver(hold.backend, self.name).run(steps)
+        return self._settle(hold, outcome, thread_watchdog)
 
     async def aacquire(
         self, blocking: bool | None = None, *, blocking_timeout: float | None = UNSET
@@ -219,14 +205,15 @@ class Lock:
         """Async twin of :meth:`acquire`. If the task is cancelled while waiting or while
         the request is in flight, any lock it may have got is given back before the
         cancellation propagates."""
-        attempt, steps = self._begin(blocking, blocking_timeout, _task_label())
-        outcome = await AsyncDriver(attempt.backend, self.name).run(steps)
-        return self._settle(attempt, outcome, loop_watchdog)
+        hold, steps = self._begin(blocking, blocking_timeout, _task_label())
+        outcome = await AsyncDriver(hold.backend, self.name).run(steps)
+        return self._settle(hold, outcome, loop_watchdog)
 
-    def _begin(self, blocking: Any, blocking_timeout: Any, thread: str) -> tuple[_Attempt, Any]:
+    def _begin(self, blocking: Any, blocking_timeout: Any, thread: str) -> tuple[Hold, Any]:
         if blocking is None:
             blocking = self.blocking
-        _check_bool(blocking, "blocking")
+        else:
+            _check_bool(blocking, "blocking")
         if blocking_timeout is UNSET:
             blocking_timeout = self.blocking_timeout
         elif blocking_timeout is not None:
@@ -235,43 +222,45 @@ class Lock:
             )
         if blocking_timeout == 0:
             blocking = False
-        hold = self._current()
-        if hold is not None and hold.is_lost():
-            self._report_lost(hold)
-            hold.released = True
-        elif hold is not None:
-            raise LockError(
-                f"lock {self.name!r} is already held by this thread or task "
-                "(locks are not re-entrant)",
-                name=self.name,
-            )
-        backend = self.backend
+        current = self._hold.get()
+        if current is not None and not current.released:
+            if not current.is_lost():
+                raise LockError(
+                    f"lock {self.name!r} is already held by this thread or task "
+                    "(locks are not re-entrant)",
+                    name=self.name,
+                )
+            self._report_lost(current)
+            current.released = True
+        source = self._backend_source
+        backend = source if type(source) is Backend else self.backend
         lease = self.timeout if self.timeout is not None else backend.timeout
         auto_renew = self.auto_renew if self.auto_renew is not None else backend.auto_renew
         started = time.monotonic()
-        attempt = _Attempt(
-            backend=backend,
-            keys=self._keys_for(backend.prefix),
+        # Filled in by _settle once Redis has answered.
+        hold = Hold(
+            name=self.name,
             token=new_token(),
             lease=lease,
+            backend=backend,
+            keys=self._keys_for(backend.prefix),
             auto_renew=auto_renew,
+            context=self.context,
             thread=thread,
-            owner=self._owner(thread, auto_renew),
-            blocking_timeout=blocking_timeout,
-            started=started,
+            started_mono=started,
         )
         steps = acquire_steps(
-            keys=attempt.keys,
+            keys=hold.keys,
             name=self.name,
-            token=attempt.token,
+            token=hold.token,
             lease=lease,
-            owner=attempt.owner,
+            owner=self._owner(thread, auto_renew),
             fair=self.fair,
             blocking=blocking,
             deadline=None if blocking_timeout is None else started + blocking_timeout,
             tuning=backend.tuning,
         )
-        return attempt, steps
+        return hold, steps
 
     def _owner(self, thread: str, auto_renew: bool) -> str:
         key = (os.getpid(), thread, auto_renew)
@@ -282,41 +271,32 @@ class Lock:
         return cached[1]
 
     def _settle(
-        self, attempt: _Attempt, outcome: Acquired | NotAcquired, watchdog: Callable[[], Any]
+        self, hold: Hold, outcome: Acquired | NotAcquired, watchdog: Callable[[], Any]
     ) -> bool:
         now = time.monotonic()
-        waited = now - attempt.started
-        if isinstance(outcome, NotAcquired):
+        waited = now - hold.started_mono
+        if type(outcome) is NotAcquired:
             self.retry_after = outcome.retry_after
             self._emit(
-                attempt.backend,
+                hold.backend,
                 "contended",
                 None,
-                attempt.thread,
+                hold.thread,
                 waited=waited,
                 retry_after=outcome.retry_after,
             )
             return False
-        hold = Hold(
-            name=self.name,
-            token=attempt.token,
-            fence=outcome.fence,
-            lease=attempt.lease,
-            acquired_at=outcome.acquired_at_us / 1_000_000,
-            valid_until_mono=outcome.sent_at + attempt.lease,
-            backend=attempt.backend,
-            keys=attempt.keys,
-            auto_renew=attempt.auto_renew,
-            context=self.context,
-            thread=attempt.thread,
-            waited=waited,
-            started_mono=now,
-        )
+        hold.fence = outcome.fence
+        hold.acquired_at = outcome.acquired_at_us / 1_000_000
+        hold.valid_until_mono = outcome.sent_at + hold.lease
+        hold.waited = waited
+        hold.started_mono = now
         self.retry_after = None
         self._hold.set(hold)
         if hold.auto_renew:
             watchdog().watch(hold, self)
-        self._emit(attempt.backend, "acquired", hold, attempt.thread, waited=waited)
+        if hold.backend.observer is not None:
+            self._emit(hold.backend, "acquired", hold, hold.thread, waited=waited)
         return True
 
     # -- release --------------------------------------------------------------------
@@ -499,10 +479,8 @@ class Lock:
         except LockLost:
             if exc is None and self.raise_on_lost:
                 raise
-        except LockError:
-            hold.auto_renew = False  # cannot release: at least let the lease run out
-            if exc is None:
-                raise
+        except LockError as error:
+            self._unreleasable(hold, error, body_failed=exc is not None)
 
     async def __aenter__(self) -> Lock:
         if not await self.aacquire():
@@ -523,10 +501,27 @@ class Lock:
         except LockLost:
             if exc is None and self.raise_on_lost:
                 raise
-        except LockError:
-            hold.auto_renew = False
-            if exc is None:
-                raise
+        except LockError as error:
+            self._unreleasable(hold, error, body_failed=exc is not None)
+
+    def _unreleasable(self, hold: Hold, error: LockError, *, body_failed: bool) -> None:
+        """Leaving ``with`` when the release itself failed (Redis unreachable)."""
+        hold.auto_renew = False  # at least let the lease run out
+        if hold.is_lost():
+            # The lease is over anyway: the holder has lost the lock, and is told so.
+            if not hold.lost_reason:
+                hold.lost_reason = f"the lease ended while Redis could not be reached ({error})"
+            self._report_lost(hold)
+            hold.released = True
+            if self._hold.get() is hold:
+                self._hold.set(None)
+            if not body_failed and self.raise_on_lost:
+                raise LockLost(
+                    f"lock {self.name!r} was lost: {hold.lost_reason}", name=self.name
+                ) from error
+            return
+        if not body_failed:
+            raise error
 
     def _not_acquired(self) -> LockNotAcquired:
         how = (

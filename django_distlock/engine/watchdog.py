@@ -9,6 +9,7 @@ lease, and ``Hold.is_lost()`` turns true at the lease end by itself.
 from __future__ import annotations
 
 import asyncio
+import collections
 import heapq
 import itertools
 import logging
@@ -32,7 +33,7 @@ __all__ = ["LoopWatchdog", "ThreadWatchdog", "loop_watchdog", "thread_watchdog"]
 
 logger = logging.getLogger("django_distlock")
 
-IDLE_EXIT = 60.0
+IDLE_WAIT = 60.0
 
 
 def renewal_call(hold: Hold) -> Call:
@@ -79,6 +80,12 @@ def _report_lost(hold: Hold, lock_ref: Callable[[], Lock | None]) -> None:
 class ThreadWatchdog:
     """Renews the auto-renew holds of sync code from one daemon thread.
 
+    Registering a hold is on every acquire's path, so it takes no lock: the hold is
+    appended to ``_incoming`` and the thread is notified only if it sleeps past the new
+    hold's first renewal. The thread publishes when it will wake (``_wake_at``) *before*
+    draining ``_incoming``, so a hold appended after the drain is always compared with a
+    wake-up time no earlier than the real one, and is never left unscheduled.
+
     Renewal times are rounded up to a small grid so that the thread wakes a bounded
     number of times per second however many locks come and go; holds released before
     their renewal are skipped when their time comes.
@@ -87,47 +94,60 @@ class ThreadWatchdog:
     def __init__(self) -> None:
         self._condition = threading.Condition()
         self._heap: list[tuple[float, int, Hold, Callable[[], Lock | None]]] = []
+        self._incoming: collections.deque[tuple[float, Hold, Callable[[], Lock | None]]] = (
+            collections.deque()
+        )
         self._order = itertools.count()
         self._thread: threading.Thread | None = None
-        self._wake_at = math.inf
+        self._wake_at = -math.inf  # -inf while awake: it drains before sleeping again
 
     def watch(self, hold: Hold, lock: Lock) -> None:
         """Start renewing ``hold`` (acquired through ``lock``) until it is released."""
-        self._schedule(hold, weakref.ref(lock), first_renewal(hold))
+        self._add(hold, weakref.ref(lock), first_renewal(hold))
 
-    def _schedule(self, hold: Hold, lock_ref: Callable[[], Lock | None], due: float) -> None:
-        grid = min(0.05, hold.lease / 30)
-        due = math.ceil(due / grid) * grid
-        with self._condition:
-            heapq.heappush(self._heap, (due, next(self._order), hold, lock_ref))
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="distlock-watchdog", daemon=True
-                )
-                self._thread.start()
-            elif due < self._wake_at:
+    def _add(self, hold: Hold, lock_ref: Callable[[], Lock | None], due: float) -> None:
+        self._incoming.append((due, hold, lock_ref))
+        if self._thread is None or due < self._wake_at:
+            with self._condition:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._run, name="distlock-watchdog", daemon=True
+                    )
+                    self._thread.start()
                 self._condition.notify()
+
+    def _drain(self) -> None:
+        incoming, heap = self._incoming, self._heap
+        while incoming:
+            due, hold, lock_ref = incoming.popleft()
+            grid = min(0.05, hold.lease / 30)
+            heapq.heappush(heap, (math.ceil(due / grid) * grid, next(self._order), hold, lock_ref))
+
+    def _next_batch(self) -> list[tuple[float, int, Hold, Callable[[], Lock | None]]]:
+        heap = self._heap
+        with self._condition:
+            while True:
+                now = time.monotonic()
+                self._wake_at = heap[0][0] if heap else now + IDLE_WAIT
+                self._drain()
+                if heap and heap[0][0] <= now:
+                    break
+                self._wake_at = heap[0][0] if heap else now + IDLE_WAIT
+                self._condition.wait(self._wake_at - now)
+            self._wake_at = -math.inf
+            due = []
+            while heap and heap[0][0] <= now:
+                due.append(heapq.heappop(heap))
+            return due
 
     def _run(self) -> None:
         while True:
-            with self._condition:
-                while True:
-                    now = time.monotonic()
-                    if self._heap and self._heap[0][0] <= now:
-                        break
-                    if not self._heap and now >= self._wake_at:
-                        self._thread = None
-                        self._wake_at = math.inf
-                        return
-                    self._wake_at = self._heap[0][0] if self._heap else now + IDLE_EXIT
-                    self._condition.wait(self._wake_at - now)
-                due = []
-                while self._heap and self._heap[0][0] <= now:
-                    due.append(heapq.heappop(self._heap))
-                self._wake_at = -math.inf  # awake: no need to be notified
-            for _, _, hold, lock_ref in due:
+            for _, _, hold, lock_ref in self._next_batch():
                 if not hold.released and not hold.lost and hold.auto_renew:
                     self._renew(hold, lock_ref)
+
+    def _schedule(self, hold: Hold, lock_ref: Callable[[], Lock | None], due: float) -> None:
+        self._add(hold, lock_ref, due)
 
     def _renew(self, hold: Hold, lock_ref: Callable[[], Lock | None]) -> None:
         if lock_ref() is None:

@@ -83,12 +83,12 @@ def wait_until(predicate: Callable[[], object], timeout: float = 10.0) -> None:
         time.sleep(0.002)
 
 
-async def await_until(predicate: Callable[[], object], timeout: float = 10.0) -> None:
+async def await_until(predicate: Callable[[], object], within: float = 10.0) -> None:
     """Async twin of :func:`wait_until` (lets the event loop run meanwhile)."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + within
     while not predicate():
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
+            raise AssertionError(f"condition not met within {within}s")
         await asyncio.sleep(0.002)
 
 
@@ -119,6 +119,10 @@ async def close_backend(backend: Backend) -> None:
     with contextlib.suppress(Exception):
         if backend._wait_pool is not None:
             backend._wait_pool.disconnect()
+    with contextlib.suppress(Exception):
+        renewal_connection = getattr(backend, "_renewal_connection", None)
+        if renewal_connection is not None:
+            renewal_connection.disconnect()
     loop = asyncio.get_running_loop()
     for owner_loop, entry in list(backend._async_clients.items()):
         client, pool = entry[0], entry[1]
@@ -156,10 +160,11 @@ class Recorder:
         found = self.of(kind)
         return found[0] if found else None
 
-    async def await_for(self, kind: str, timeout: float) -> Event | None:
-        """Wait, letting the event loop run, until an event of ``kind`` arrives."""
-        deadline = time.monotonic() + timeout
-        while not self.of(kind) and time.monotonic() < deadline:
+    async def await_for(self, kind: str, within: float) -> Event | None:
+        """Wait, letting the event loop run, until an event of ``kind`` arrives (events
+        come from threads and from the loop alike, so this polls)."""
+        deadline = time.monotonic() + within
+        while not self.of(kind) and time.monotonic() < deadline:  # noqa: ASYNC110
             await asyncio.sleep(0.002)
         found = self.of(kind)
         return found[0] if found else None

@@ -144,7 +144,9 @@ async def test_every_key_a_lock_writes_is_under_the_prefix(make_backend, redis_c
         holder = Lock("job", backend=backend, fair=fair)
         await holder.aacquire()
         waiters = [
-            asyncio.create_task(Lock("job", backend=backend, fair=fair).aacquire(blocking_timeout=5))
+            asyncio.create_task(
+                Lock("job", backend=backend, fair=fair).aacquire(blocking_timeout=5)
+            )
             for _ in range(2)
         ]
         await await_until(lambda: blocked_clients(redis_client) == 2)

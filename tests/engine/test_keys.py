@@ -89,9 +89,9 @@ def test_name_length_is_counted_in_code_points():
     ],
 )
 def test_invalid_names_are_rejected_naming_the_argument(name, error):
-    with pytest.raises(error, match="^name "):
+    with pytest.raises(error, match=r"^name "):
         validate_name(name)
-    with pytest.raises(error, match="^formatted lock name "):
+    with pytest.raises(error, match=r"^formatted lock name "):
         validate_name(name, "formatted lock name")
 
 
@@ -112,7 +112,7 @@ def test_every_valid_name_is_accepted(name):
     )
 )
 def test_every_invalid_name_is_rejected(name):
-    with pytest.raises((TypeError, ValueError), match="^name "):
+    with pytest.raises((TypeError, ValueError), match=r"^name "):
         validate_name(name)
 
 
@@ -152,13 +152,13 @@ def test_zero_seconds_only_when_allowed():
     ids=repr,
 )
 def test_invalid_seconds_are_rejected_naming_the_argument(value, error):
-    with pytest.raises(error, match="^extend_by "):
+    with pytest.raises(error, match=r"^extend_by "):
         validate_seconds(value, "extend_by")
 
 
 @pytest.mark.parametrize("value", [-1, -1e-9, math.nan, math.inf, True, "0"], ids=repr)
 def test_invalid_seconds_are_rejected_even_when_zero_is_allowed(value):
-    with pytest.raises((TypeError, ValueError), match="^blocking_timeout "):
+    with pytest.raises((TypeError, ValueError), match=r"^blocking_timeout "):
         validate_seconds(value, "blocking_timeout", allow_zero=True)
 
 

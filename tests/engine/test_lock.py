@@ -358,9 +358,7 @@ async def test_extend_after_the_key_vanished_raises_lock_lost(api, backend, redi
         await api.release(lock)
 
 
-async def test_release_after_another_holder_took_over_raises_lock_lost(
-    api, backend, redis_client
-):
+async def test_release_after_another_holder_took_over_raises_lock_lost(api, backend, redis_client):
     lock = Lock("taken", backend=backend, timeout=0.2, auto_renew=False)
     other = Lock("taken", backend=backend, timeout=10, auto_renew=False)
     await api.acquire(lock)
@@ -703,9 +701,7 @@ BAD_LOCK_ARGUMENTS = [
     BAD_LOCK_ARGUMENTS,
     ids=[f"{a}={v!r:.20}" for a, v, _ in BAD_LOCK_ARGUMENTS],
 )
-def test_bad_lock_arguments_are_rejected_naming_the_argument(
-    dead_backend, argument, value, error
-):
+def test_bad_lock_arguments_are_rejected_naming_the_argument(dead_backend, argument, value, error):
     kwargs = {"name": "ok", "backend": dead_backend, argument: value}
     with pytest.raises(error, match=argument):
         Lock(**kwargs)

@@ -183,7 +183,9 @@ async def test_a_fair_waiter_that_gave_up_does_not_hold_up_the_queue(api, backen
 async def test_fair_waiter_gets_a_lock_freed_by_expiry(api, backend):
     holder = Lock("fair", backend=backend, fair=True, timeout=0.3, auto_renew=False)
     await api.acquire(holder)
-    acquired, at, _ = await waiter(api, Lock("fair", backend=backend, fair=True), blocking_timeout=5)
+    acquired, at, _ = await waiter(
+        api, Lock("fair", backend=backend, fair=True), blocking_timeout=5
+    )
     assert acquired
     assert at - deadline_of(holder) < PROMPT
 
@@ -229,9 +231,7 @@ async def test_hundreds_of_tasks_wait_at_once_on_a_small_connection_pool(
         await pool.aclose()
 
 
-def test_hundreds_of_threads_wait_at_once_on_a_small_connection_pool(
-    redis_server, redis_client
-):
+def test_hundreds_of_threads_wait_at_once_on_a_small_connection_pool(redis_server, redis_client):
     client = redis.Redis(
         connection_pool=redis.BlockingConnectionPool(
             host=HOST, port=redis_server.port, max_connections=10, timeout=20

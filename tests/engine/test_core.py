@@ -1,0 +1,180 @@
+"""The I/O-free acquire algorithm, driven step by step without a server."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+
+import pytest
+
+from django_distlock.engine import LockKeys, Tuning
+from django_distlock.engine.core import (
+    Acquired,
+    AwaitWait,
+    Call,
+    CancelWait,
+    NotAcquired,
+    StartWait,
+    acquire_steps,
+    owner_metadata,
+)
+from django_distlock.engine.scripts import ACQUIRE, PASS_ON, RELEASE
+
+KEYS = LockKeys.for_name("p:", "job")
+TOKEN = "0123456789abcdef" * 2
+
+
+def steps(**overrides):
+    kwargs = {
+        "keys": KEYS,
+        "name": "job",
+        "token": TOKEN,
+        "lease": 1.5,
+        "owner": '{"host":"h"}',
+        "fair": False,
+        "blocking": False,
+        "deadline": None,
+        "tuning": Tuning(),
+    }
+    kwargs.update(overrides)
+    generator = acquire_steps(**kwargs)
+    return generator, next(generator)
+
+
+def finish(generator, reply):
+    with pytest.raises(StopIteration) as stop:
+        generator.send(reply)
+    return stop.value.value
+
+
+def abandon(generator):
+    """Interrupt suspended steps and answer their clean-up until they finish (steps left
+    suspended would run their clean-up at garbage collection)."""
+    op = generator.throw(KeyboardInterrupt())
+    with pytest.raises(KeyboardInterrupt):  # noqa: PT012
+        while True:
+            op = generator.send(1 if isinstance(op, Call) else False)
+
+
+def test_default_waits_stay_below_the_client_socket_timeout():
+    # redis-py clients time reads out after 5 s by default: a wait that the client
+    # times must be shorter, and a waiter re-checks at least this often.
+    tuning = Tuning()
+    assert 0 < tuning.wait_cap < 5
+    assert tuning.waiter_liveness > tuning.wait_cap
+
+
+def test_owner_metadata_names_this_process():
+    owner = json.loads(owner_metadata(thread="worker-1", context="ctx ü", auto_renew=False))
+    assert owner == {
+        "host": socket.gethostname(),
+        "pid": os.getpid(),
+        "thread": "worker-1",
+        "context": "ctx ü",
+        "auto_renew": False,
+    }
+
+
+def test_one_round_trip_takes_a_free_lock():
+    generator, op = steps()
+    assert isinstance(op, Call)
+    assert op.script is ACQUIRE
+    assert op.keys == KEYS.all()
+    assert op.args[:4] == (TOKEN, 1500, '{"host":"h"}', "job")
+    before = time.monotonic()
+    outcome = finish(generator, [1, b"1700000000000001", b"1700000000000001"])
+    assert isinstance(outcome, Acquired)
+    assert outcome.fence == 1700000000000001
+    assert outcome.acquired_at_us == 1700000000000001
+    assert outcome.sent_at <= before  # the lease is counted from before the request
+
+
+def test_lease_is_rounded_up_to_whole_milliseconds():
+    generator, op = steps(lease=0.0011)
+    assert op.args[1] == 2
+    finish(generator, [0, 1])
+
+
+def test_non_blocking_attempt_never_waits():
+    generator, op = steps(blocking=False)
+    assert op.args[5] == ""  # not registered as a waiter
+    assert finish(generator, [0, 1500]) == NotAcquired(1.5)
+    generator, _ = steps(blocking=False)
+    assert finish(generator, [0, -1]) == NotAcquired(None)
+
+
+def test_a_waiter_waits_on_the_wake_up_list_bounded_by_the_holder_lease():
+    generator, op = steps(blocking=True)
+    assert op.args[5] == TOKEN[:16]
+    wait = generator.send([0, 20])
+    assert wait == StartWait(KEYS.signal)
+    timer = generator.send(None)
+    assert isinstance(timer, AwaitWait)
+    assert timer.timeout == pytest.approx(0.021)  # the holder's PTTL + 1 ms
+    # Timer ran out (holder crashed): re-check at once, on the same outstanding wait.
+    assert isinstance(generator.send(False), Call)
+    timer = generator.send([0, 60_000])
+    assert timer == AwaitWait(Tuning().wait_cap)  # a long lease is re-checked at the cap
+    abandon(generator)
+
+
+def test_fair_waiters_wait_on_their_own_list():
+    generator, op = steps(blocking=True, fair=True)
+    assert op.args[7] == "1"
+    assert generator.send([0, 100]) == StartWait(KEYS.wake(TOKEN[:16]))
+    abandon(generator)
+
+
+def test_a_wait_never_outlasts_the_deadline():
+    generator, _ = steps(blocking=True, deadline=time.monotonic() + 0.05)
+    generator.send([0, 60_000])
+    timer = generator.send(None)
+    assert 0 < timer.timeout <= 0.05
+    abandon(generator)
+
+
+def test_giving_up_after_a_consumed_wake_up_passes_it_on():
+    generator, _ = steps(blocking=True, deadline=time.monotonic() + 0.02)
+    generator.send([0, 60_000])  # StartWait
+    generator.send(None)  # AwaitWait
+    assert isinstance(generator.send(True), Call)  # woken: try again
+    time.sleep(0.03)
+    op = generator.send([0, 60_000])  # someone barged in, and the deadline passed
+    assert op.script is PASS_ON
+    assert op.args[2] == "1"  # we consumed a wake-up we will not use
+    assert finish(generator, 1) == NotAcquired(60.0)
+
+
+def test_acquiring_while_a_wait_is_outstanding_ends_the_wait():
+    generator, _ = steps(blocking=True)
+    generator.send([0, 60_000])  # StartWait
+    generator.send(None)  # AwaitWait
+    generator.send(False)  # timer ran out: the BLPOP is still outstanding
+    op = generator.send([1, b"7", b"7"])
+    assert isinstance(op, CancelWait)
+    assert isinstance(finish(generator, False), Acquired)
+
+
+@pytest.mark.parametrize("interruption", [KeyboardInterrupt, TimeoutError])
+def test_an_interrupted_acquire_gives_the_lock_back(interruption):
+    """The script may have run without us seeing the reply: release our own token."""
+    generator, _ = steps(blocking=False)
+    op = generator.throw(interruption())
+    assert op.script is RELEASE
+    assert op.args[0] == TOKEN
+    with pytest.raises(interruption):
+        generator.send(0)
+
+
+def test_an_interruption_while_waiting_ends_the_wait_first():
+    generator, _ = steps(blocking=True, fair=True)
+    generator.send([0, 60_000])  # StartWait
+    generator.send(None)  # AwaitWait
+    op = generator.throw(KeyboardInterrupt())
+    assert isinstance(op, CancelWait)
+    op = generator.send(False)
+    assert op.script is PASS_ON  # leave the fair queue
+    with pytest.raises(KeyboardInterrupt):
+        generator.send(1)

@@ -1,0 +1,187 @@
+"""The sync and async drivers: script loading, error mapping, wait connections."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import redis
+
+from django_distlock.engine import Backend, Lock, LockBackendUnavailable
+from django_distlock.engine.core import Call
+from django_distlock.engine.io import SyncDriver, completed
+from django_distlock.engine.scripts import TTL
+from tests.engine.support import (
+    async_client,
+    await_until,
+    blocked_clients,
+    close_backend,
+    keys_of,
+    lock_key,
+    sync_client,
+    thread_future,
+)
+
+# -- scripts are loaded when the server does not know them ------------------------------
+
+
+async def test_every_operation_works_after_the_script_cache_is_flushed(api, backend, redis_client):
+    lock = Lock("flushed", backend=backend, auto_renew=False)
+    redis_client.script_flush()
+    assert await api.acquire(lock)
+    redis_client.script_flush()
+    assert 0 < await api.ttl(lock) <= 30
+    redis_client.script_flush()
+    await api.extend(lock, 1)
+    redis_client.script_flush()
+    await api.release(lock)
+    assert redis_client.exists(lock_key("flushed")) == 0
+
+
+async def test_renewal_works_after_the_script_cache_is_flushed(api, backend, redis_client):
+    lock = Lock("flushed", backend=backend, timeout=0.3)
+    await api.acquire(lock)
+    redis_client.script_flush()
+    await asyncio.sleep(0.5)
+    assert redis_client.pttl(lock_key("flushed")) > 0
+    assert not lock.lost
+    await api.release(lock)
+
+
+# -- every Redis failure becomes LockBackendUnavailable ---------------------------------
+
+
+async def test_a_redis_error_reply_becomes_lock_backend_unavailable(api, backend, redis_client):
+    redis_client.lpush(keys_of("broken").fence, "not a counter")  # INCR will fail
+    lock = Lock("broken", backend=backend)
+    with pytest.raises(LockBackendUnavailable) as caught:
+        await api.acquire(lock)
+    assert caught.value.name == "broken"
+    assert isinstance(caught.value.__cause__, redis.RedisError)
+    assert lock.held is False
+    assert redis_client.exists(lock_key("broken")) == 0
+
+
+async def test_queries_map_errors_too(api, dead_backend):
+    lock = Lock("x", backend=dead_backend)
+    with pytest.raises(LockBackendUnavailable) as caught:
+        await api.locked(lock)
+    assert caught.value.name == "x"
+
+
+def test_bounded_call_maps_a_refused_connection(dead_backend):
+    """``call_within`` (used by renewals) must raise LockBackendUnavailable like every
+    other call, also when the connection cannot even be opened."""
+    driver = SyncDriver(dead_backend, "x")
+    call = Call(TTL, (lock_key("x"),), ("token",))
+    with pytest.raises(LockBackendUnavailable):
+        driver.call_within(call, 0.5)
+
+
+async def test_bounded_call_is_bounded_while_connecting_to_a_stalled_server(private_redis):
+    """A renewal may not wait longer than the lease it is trying to save, even if it
+    has to open a connection first (redis-py's default socket timeout is 5 s)."""
+    client = sync_client(private_redis.port, socket_timeout=5, socket_connect_timeout=5)
+    backend = Backend(client)
+    driver = SyncDriver(backend, "x")
+    call = Call(TTL, (lock_key("x"),), ("token",))
+    private_redis.pause()
+    try:
+        started = time.monotonic()
+        with pytest.raises(LockBackendUnavailable):
+            driver.call_within(call, 0.3)
+        elapsed = time.monotonic() - started
+    finally:
+        private_redis.resume()
+        await close_backend(backend)
+    assert elapsed < 1.0
+
+
+# -- wait connections -------------------------------------------------------------------
+
+
+async def test_wait_connections_use_the_client_database(api, make_backend, redis_client):
+    """Waiters block on connections of their own; they must talk to the same database
+    as the client, or the wake-up pushed by a release would never reach them."""
+    backend = make_backend(client_kwargs={"db": 3})
+    holder = Lock("db3", backend=backend, timeout=30, auto_renew=False)
+    waiter = Lock("db3", backend=backend)
+    await api.acquire(holder)
+    if api.name == "sync":
+        pending = thread_future(lambda: (waiter.acquire(blocking_timeout=10), time.monotonic()))
+    else:
+
+        async def wait():
+            return await waiter.aacquire(blocking_timeout=10), time.monotonic()
+
+        pending = asyncio.create_task(wait())
+    await await_until(lambda: blocked_clients(redis_client) == 1)
+    released_at = time.monotonic()
+    await api.release(holder)
+    acquired, at = await pending
+    assert acquired
+    assert at - released_at < 0.3
+    assert redis_client.keys("*") == []  # all in db 3
+    db3 = sync_client(redis_client.connection_pool.connection_kwargs["port"], db=3)
+    try:
+        assert db3.exists(keys_of("db3").fence) == 1
+    finally:
+        db3.close()
+
+
+async def test_waiting_works_where_client_commands_are_forbidden(api, redis_server_factory):
+    """Managed Redis services may forbid CLIENT (ID, UNBLOCK): waiting still works."""
+
+    server = redis_server_factory(["--rename-command", "CLIENT", ""])
+    backend = Backend(sync_client(server.port), async_client=lambda: async_client(server.port))
+    probe = server.client()
+    try:
+        holder = Lock("no-client", backend=backend, timeout=30, auto_renew=False)
+        await api.acquire(holder)
+        # A wait that times out ends its blocking pop without CLIENT UNBLOCK.
+        started = time.monotonic()
+        assert not await api.acquire(Lock("no-client", backend=backend), blocking_timeout=0.2)
+        assert time.monotonic() - started < 1.0
+        waiter = Lock("no-client", backend=backend)
+        if api.name == "sync":
+            pending = thread_future(lambda: waiter.acquire(blocking_timeout=10))
+        else:
+            pending = asyncio.create_task(waiter.aacquire(blocking_timeout=10))
+        await await_until(lambda: blocked_clients(probe) == 1)
+        released_at = time.monotonic()
+        await api.release(holder)
+        assert await pending
+        assert time.monotonic() - released_at < 0.3
+    finally:
+        probe.close()
+        await close_backend(backend)
+
+
+# -- completed() --------------------------------------------------------------------------
+
+
+async def test_completed_returns_the_result_and_no_cancellation():
+    async def work():
+        await asyncio.sleep(0.01)
+        return 42
+
+    assert await completed(work()) == (42, False)
+
+
+async def test_completed_finishes_the_work_even_when_cancelled():
+    finished = []
+
+    async def work():
+        await asyncio.sleep(0.05)
+        finished.append(True)
+        return "done"
+
+    async def caller():
+        return await completed(work())
+
+    task = asyncio.create_task(caller())
+    await asyncio.sleep(0.01)
+    task.cancel()
+    assert await task == ("done", True)
+    assert finished == [True]

@@ -1,0 +1,77 @@
+"""The Lua scripts, run directly against the server."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from django_distlock.engine import LockKeys
+from django_distlock.engine.scripts import ACQUIRE, EXTEND, PASS_ON, RELEASE, TTL
+
+SCRIPTS = [ACQUIRE, RELEASE, EXTEND, TTL, PASS_ON]
+KEYS = LockKeys.for_name("distlock:", "raw")
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: s.name)
+def test_every_script_documents_its_keys_arguments_and_reply(script):
+    assert script.source.startswith(f"-- {script.name}:")
+    assert "KEYS[1]" in script.source
+    assert "ARGV[1]" in script.source
+    assert "-- returns" in script.source
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda s: s.name)
+def test_sha_is_that_of_the_source(script, redis_client):
+    assert script.sha == hashlib.sha1(script.source.encode()).hexdigest()
+    assert redis_client.script_load(script.source) == script.sha
+
+
+def hold(redis_client, token: str, px: int) -> None:
+    redis_client.set(KEYS.lock, f"{token}\n1\n1\n{px}\n{{}}", px=px)
+
+
+def extend(redis_client, token: str, ms: int, mode: str) -> int:
+    return redis_client.eval(EXTEND.source, 2, KEYS.lock, KEYS.index, token, ms, "raw", mode)
+
+
+def test_extend_modes(redis_client):
+    hold(redis_client, "tok", 5_000)
+    assert 7_900 < extend(redis_client, "tok", 3_000, "add") <= 8_000
+    assert extend(redis_client, "tok", 1_000, "set") == 1_000
+    assert 0 < redis_client.pttl(KEYS.lock) <= 1_000
+    # 'renew' raises a shorter lease to the full one...
+    assert extend(redis_client, "tok", 2_000, "renew") == 2_000
+    # ...and never shortens a longer one.
+    hold(redis_client, "tok", 9_000)
+    assert 8_900 < extend(redis_client, "tok", 2_000, "renew") <= 9_000
+    assert redis_client.pttl(KEYS.lock) > 8_800
+    score = redis_client.zscore(KEYS.index, "raw")
+    assert score is not None
+
+
+def test_scripts_only_act_on_their_own_token(redis_client):
+    hold(redis_client, "mine", 5_000)
+    # A token that is a prefix of the holder's must not match either.
+    for token in ("other", "min", "mine2"):
+        assert extend(redis_client, token, 60_000, "set") == -2
+        assert redis_client.eval(TTL.source, 1, KEYS.lock, token) == -2
+        assert redis_client.eval(RELEASE.source, 8, *KEYS.all(), token, "raw", 3000) == 0
+    assert redis_client.pttl(KEYS.lock) <= 5_000
+    assert redis_client.eval(TTL.source, 1, KEYS.lock, "mine") > 0
+    assert redis_client.eval(RELEASE.source, 8, *KEYS.all(), "mine", "raw", 3000) == 1
+    assert redis_client.exists(KEYS.lock) == 0
+
+
+def test_a_failed_attempt_reports_the_holder_lease(redis_client):
+    hold(redis_client, "holder", 4_000)
+    reply = redis_client.eval(
+        ACQUIRE.source, 8, *KEYS.all(), "newcomer", 1000, "{}", "raw", 60_000, "", 3000, "0"
+    )
+    assert reply[0] == 0
+    assert 3_900 < reply[1] <= 4_000
+    redis_client.persist(KEYS.lock)
+    reply = redis_client.eval(
+        ACQUIRE.source, 8, *KEYS.all(), "newcomer", 1000, "{}", "raw", 60_000, "", 3000, "0"
+    )
+    assert reply == [0, -1]  # a key without expiry: unknown
