@@ -203,6 +203,25 @@ class Backend:
             self._async_clients[loop] = pair
         return pair[0], pair[1]
 
+    def close(self) -> None:
+        """Close the connections this backend opened for sync locks (its wait pool and
+        renewal connection). The client passed in is the caller's to close."""
+        pool, self._wait_pool = self._wait_pool, None
+        if pool is not None:
+            pool.disconnect()
+        connection, self._renewal_connection = self._renewal_connection, None
+        if connection is not None:
+            connection.disconnect()
+        self._overflow = None
+
+    async def aclose(self) -> None:
+        """Close the connections this backend opened on the running event loop (closed
+        anyway when the loop shuts down through ``asyncio.run``)."""
+        entry = self._async_clients.pop(asyncio.get_running_loop(), None)
+        if entry is not None:
+            closer = entry[2]
+            await closer.aclose()
+
     def emit(self, event: Event) -> None:
         """Tell the observer about ``event``; never raises."""
         observer = self.observer

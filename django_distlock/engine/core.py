@@ -30,6 +30,7 @@ __all__ = [
     "Acquired",
     "AwaitWait",
     "Call",
+    "CallEndingWait",
     "CancelWait",
     "Hold",
     "NotAcquired",
@@ -108,7 +109,17 @@ class CancelWait:
     ``True`` when it had already consumed a wake-up."""
 
 
-Op = Call | StartWait | AwaitWait | CancelWait
+@dataclass(slots=True)
+class CallEndingWait:
+    """Run ``call`` while ending the outstanding ``BLPOP``: ``CLIENT UNBLOCK`` is sent
+    first and both answers are read after the call, so ending the wait costs no extra
+    round trip. The driver sends back ``(reply, woken)``, ``woken`` being ``True`` when
+    the ``BLPOP`` had consumed a wake-up."""
+
+    call: Call
+
+
+Op = Call | StartWait | AwaitWait | CancelWait | CallEndingWait
 
 
 @dataclass(slots=True)
@@ -239,11 +250,19 @@ def acquire_steps(
     consumed = False  # a wake-up reached us that we did not turn into the lock
     enqueued = False
     may_hold = False  # the acquire script may have run without us seeing its reply
+    timer_fired = False
     try:
         while True:
             sent_at = time.monotonic()
             may_hold = True
-            reply = yield Call(ACQUIRE, all_keys, args)
+            if waiting and timer_fired:
+                # The holder's lease (or the re-check interval) is over: try again, and
+                # end the BLPOP in the same round trip.
+                reply, woken = yield CallEndingWait(Call(ACQUIRE, all_keys, args))
+                waiting = False
+                consumed = consumed or woken
+            else:
+                reply = yield Call(ACQUIRE, all_keys, args)
             may_hold = False
             if reply[0] == 1:
                 acquired = Acquired(int(reply[1]), int(reply[2]), sent_at)
@@ -260,13 +279,21 @@ def acquire_steps(
             remaining = math.inf if deadline is None else deadline - time.monotonic()
             if not blocking or remaining <= 0:
                 return NotAcquired(wait_ms / 1000 if wait_ms >= 0 else None)
+            if timer_fired and consumed:
+                # A release woke us as the timer fired: try again at once.
+                timer_fired = consumed = False
+                continue
             if not waiting:
                 yield StartWait(wake_key)
                 waiting = True
                 consumed = False
-            # +1 ms: Redis keeps a key until its PTTL is strictly past.
+            # The PTTL counts from when the script ran, so the timer counts from when it
+            # was sent; +1 ms because Redis keeps a key until its PTTL is strictly past.
             timer = tuning.wait_cap if wait_ms < 0 else (wait_ms + 1) / 1000
-            if (yield AwaitWait(min(timer, tuning.wait_cap, max(remaining, 0.0)))):
+            wake_at = sent_at + min(timer, tuning.wait_cap, max(remaining, 0.0))
+            woken = yield AwaitWait(max(0.0, wake_at - time.monotonic()))
+            timer_fired = not woken
+            if woken:
                 waiting = False
                 consumed = True
     except BaseException:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import ConnectionError, NoScriptError, RedisError, ResponseError
 
-from .core import AwaitWait, Call, CancelWait, Op, StartWait
+from .core import AwaitWait, Call, CallEndingWait, CancelWait, Op, StartWait
 from .exceptions import LockBackendUnavailable
 
 if TYPE_CHECKING:
@@ -143,10 +143,33 @@ class SyncDriver:
                 return self._await_wait(op)
             if isinstance(op, CancelWait):
                 return self._cancel_wait()
+            if isinstance(op, CallEndingWait):
+                return self._call_ending_wait(op)
         except BACKEND_ERRORS as exc:
             self._drop_wait()
             raise unavailable(self.name, exc) from exc
         raise TypeError(f"unknown step {op!r}")  # pragma: no cover
+
+    def _call_ending_wait(self, op: CallEndingWait) -> tuple[Any, bool]:
+        connection = self._wait
+        if connection is None or connection.distlock_client_id is None:
+            self._drop_wait()
+            return self.call(op.call), connection is not None
+        pool = self.backend.wait_pool()
+        other = pool.get_connection()
+        try:
+            other.send_command("CLIENT", "UNBLOCK", connection.distlock_client_id)
+            reply = self.call(op.call)
+            other.read_response()
+        except BaseException:
+            other.disconnect()
+            self._drop_wait()
+            raise
+        finally:
+            pool.release(other)
+        woken = connection.read_response() is not None
+        self._finish_wait()
+        return reply, woken
 
     def _start_wait(self, op: StartWait) -> None:
         pool = self.backend.wait_pool()
@@ -265,10 +288,33 @@ class AsyncDriver:
                 return await self._await_wait(op)
             if isinstance(op, CancelWait):
                 return await self._cancel_wait()
+            if isinstance(op, CallEndingWait):
+                return await self._call_ending_wait(op)
         except BACKEND_ERRORS as exc:
             await self._drop_wait()
             raise unavailable(self.name, exc) from exc
         raise TypeError(f"unknown step {op!r}")  # pragma: no cover
+
+    async def _call_ending_wait(self, op: CallEndingWait) -> tuple[Any, bool]:
+        connection, read = self._wait, self._read
+        if connection is None or read is None or connection.distlock_client_id is None:
+            await self._drop_wait()
+            return await self.call(op.call), connection is not None
+        pool = self.backend.async_wait_pool()
+        other = await pool.get_connection()
+        try:
+            await other.send_command("CLIENT", "UNBLOCK", connection.distlock_client_id)
+            reply = await self.call(op.call)
+            await other.read_response()
+        except BaseException:
+            await other.disconnect()
+            await self._drop_wait()
+            raise
+        finally:
+            await pool.release(other)
+        woken = (await read) is not None
+        await self._finish_wait()
+        return reply, woken
 
     async def _start_wait(self, op: StartWait) -> None:
         pool = self.backend.async_wait_pool()

@@ -116,21 +116,8 @@ async def close_backend(backend: Backend) -> None:
     with contextlib.suppress(Exception):
         if backend._client is not None:
             backend._client.close()
-    with contextlib.suppress(Exception):
-        if backend._wait_pool is not None:
-            backend._wait_pool.disconnect()
-    with contextlib.suppress(Exception):
-        renewal_connection = getattr(backend, "_renewal_connection", None)
-        if renewal_connection is not None:
-            renewal_connection.disconnect()
-    loop = asyncio.get_running_loop()
-    for owner_loop, entry in list(backend._async_clients.items()):
-        client, pool = entry[0], entry[1]
-        if owner_loop is loop:
-            with contextlib.suppress(Exception):
-                await client.aclose()
-            with contextlib.suppress(Exception):
-                await pool.disconnect()
+    backend.close()
+    await backend.aclose()
 
 
 class Recorder:

@@ -14,6 +14,7 @@ from django_distlock.engine.core import (
     Acquired,
     AwaitWait,
     Call,
+    CallEndingWait,
     CancelWait,
     NotAcquired,
     StartWait,
@@ -112,11 +113,17 @@ def test_a_waiter_waits_on_the_wake_up_list_bounded_by_the_holder_lease():
     assert wait == StartWait(KEYS.signal)
     timer = generator.send(None)
     assert isinstance(timer, AwaitWait)
-    assert timer.timeout == pytest.approx(0.021)  # the holder's PTTL + 1 ms
-    # Timer ran out (holder crashed): re-check at once, on the same outstanding wait.
-    assert isinstance(generator.send(False), Call)
-    timer = generator.send([0, 60_000])
-    assert timer == AwaitWait(Tuning().wait_cap)  # a long lease is re-checked at the cap
+    # The holder's PTTL + 1 ms, counted from when the failed attempt was sent.
+    assert 0.015 < timer.timeout <= 0.021
+    # Timer ran out (holder crashed): re-check at once, ending the BLPOP in the same
+    # round trip.
+    op = generator.send(False)
+    assert isinstance(op, CallEndingWait)
+    assert op.call.script is ACQUIRE
+    assert generator.send(([0, 60_000], False)) == StartWait(KEYS.signal)
+    timer = generator.send(None)
+    # A long lease is re-checked at the cap.
+    assert Tuning().wait_cap - 0.01 < timer.timeout <= Tuning().wait_cap
     abandon(generator)
 
 
@@ -147,14 +154,24 @@ def test_giving_up_after_a_consumed_wake_up_passes_it_on():
     assert finish(generator, 1) == NotAcquired(60.0)
 
 
-def test_acquiring_while_a_wait_is_outstanding_ends_the_wait():
+def test_acquiring_after_the_timer_ends_the_wait_in_the_same_step():
     generator, _ = steps(blocking=True)
     generator.send([0, 60_000])  # StartWait
     generator.send(None)  # AwaitWait
-    generator.send(False)  # timer ran out: the BLPOP is still outstanding
-    op = generator.send([1, b"7", b"7"])
-    assert isinstance(op, CancelWait)
-    assert isinstance(finish(generator, False), Acquired)
+    op = generator.send(False)  # timer ran out: the BLPOP is still outstanding
+    assert isinstance(op, CallEndingWait)
+    assert isinstance(finish(generator, ([1, b"7", b"7"], False)), Acquired)
+
+
+def test_a_wake_up_consumed_as_the_timer_fired_retries_at_once():
+    generator, _ = steps(blocking=True)
+    generator.send([0, 60_000])  # StartWait
+    generator.send(None)  # AwaitWait
+    generator.send(False)  # CallEndingWait
+    op = generator.send(([0, 60_000], True))  # busy again, but a release woke us
+    assert isinstance(op, Call)
+    assert op.script is ACQUIRE
+    abandon(generator)
 
 
 @pytest.mark.parametrize("interruption", [KeyboardInterrupt, TimeoutError])
