@@ -22,18 +22,37 @@ from .engine.exceptions import (
 )
 
 if TYPE_CHECKING:
+    from .commands import LockedCommand, LockedCommandMixin
+    from .fencing import FencedQuerySet, FenceField, StaleFence
     from .locks import distlock
+    from .views import LockViewMixin, lock_view
 
 __all__ = [
+    "FenceField",
+    "FencedQuerySet",
     "LockBackendUnavailable",
     "LockError",
     "LockLost",
     "LockNotAcquired",
     "LockNotOwned",
+    "LockViewMixin",
+    "LockedCommand",
+    "LockedCommandMixin",
+    "StaleFence",
     "distlock",
+    "lock_view",
 ]
 
-_LAZY = {"distlock": ".locks"}
+_LAZY = {
+    "distlock": ".locks",
+    "lock_view": ".views",
+    "LockViewMixin": ".views",
+    "LockedCommand": ".commands",
+    "LockedCommandMixin": ".commands",
+    "FenceField": ".fencing",
+    "FencedQuerySet": ".fencing",
+    "StaleFence": ".fencing",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -13,4 +13,7 @@ class DistlockConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import settings  # noqa: F401 - connects the setting_changed receiver
+        from . import (
+            checks,  # noqa: F401 - registers the system checks
+            settings,  # noqa: F401 - connects the setting_changed receiver
+        )

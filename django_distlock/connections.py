@@ -72,6 +72,8 @@ def _async_client_factory(config: Config) -> Callable[[], redis.asyncio.Redis]:
 def get_backend() -> Backend:
     """The :class:`~django_distlock.engine.Backend` for the current settings (cached
     until ``DISTLOCK`` or ``CACHES`` change)."""
+    from .events import observer_for
+
     config = get_config()
     return Backend(
         _sync_client(config),
@@ -79,6 +81,7 @@ def get_backend() -> Backend:
         prefix=config.key_prefix,
         timeout=config.timeout,
         auto_renew=config.auto_renew,
+        observer=observer_for(config),
     )
 
 

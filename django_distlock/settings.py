@@ -30,6 +30,7 @@ DEFAULTS: dict[str, Any] = {
     "EVENTS": "async",
     "EVENT_RETENTION": 30 * 24 * 3600,
     "VIEW_ON_BUSY": None,
+    "VIEW_ON_UNAVAILABLE": None,
     "VIEW_FAIL_OPEN": False,
 }
 """Every key of ``DISTLOCK`` and its default:
@@ -42,6 +43,8 @@ DEFAULTS: dict[str, Any] = {
 ``EVENTS``: how lock events are recorded: ``"async"``, ``"sync"`` or ``"off"``.
 ``EVENT_RETENTION``: seconds lock events are kept.
 ``VIEW_ON_BUSY``: dotted path of ``on_busy(request, name, retry_after)`` for views.
+``VIEW_ON_UNAVAILABLE``: dotted path of ``on_unavailable(request, name)`` for views
+(answers when Redis is down; default: 503).
 ``VIEW_FAIL_OPEN``: run guarded views anyway when Redis is down (default: 503).
 """
 
@@ -58,6 +61,7 @@ class Config:
     events: str
     event_retention: float
     view_on_busy: str | None
+    view_on_unavailable: str | None
     view_fail_open: bool
 
 
@@ -77,7 +81,7 @@ def _build(raw: Any) -> Config:
     for key in ("CACHE",):
         if not isinstance(values[key], str) or not values[key]:
             raise _setting_error(key, "must be a non-empty str (a CACHES alias)")
-    for key in ("URL", "VIEW_ON_BUSY"):
+    for key in ("URL", "VIEW_ON_BUSY", "VIEW_ON_UNAVAILABLE"):
         if values[key] is not None and (not isinstance(values[key], str) or not values[key]):
             raise _setting_error(key, "must be a non-empty str or None")
     for key in ("AUTO_RENEW", "VIEW_FAIL_OPEN"):
@@ -100,6 +104,7 @@ def _build(raw: Any) -> Config:
         events=values["EVENTS"],
         event_retention=retention,
         view_on_busy=values["VIEW_ON_BUSY"],
+        view_on_unavailable=values["VIEW_ON_UNAVAILABLE"],
         view_fail_open=values["VIEW_FAIL_OPEN"],
     )
 

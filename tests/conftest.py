@@ -17,6 +17,7 @@ import redis
 from django.conf import settings
 from django.test.utils import override_settings
 
+from tests.postgres_servers import django_db_modify_db_settings, postgres_server  # noqa: F401
 from tests.redis_servers import RedisServer, install_termination_cleanup
 from tests.settings import REDIS_URL_ENV_VAR
 
@@ -83,3 +84,27 @@ def redis_server_factory() -> Iterator[Callable[..., RedisServer]]:
 def private_redis(redis_server_factory: Callable[..., RedisServer]) -> RedisServer:
     """A dedicated, started server that the test may kill, restart or pause."""
     return redis_server_factory()
+
+
+@pytest.fixture
+def event_writer(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Any]]:
+    """``event_writer(**options)``: a fresh ``AsyncWriter`` (by default flushed only when
+    told, ``interval=3600``) installed as this process's writer, stopped afterwards, so
+    that no event of another test is written during this one, nor this test's later."""
+    from django_distlock import events
+
+    writers: list[events.AsyncWriter] = []
+    previous = events._writer
+    if previous is not None:
+        previous.flush(10)
+
+    def install(**options: Any) -> events.AsyncWriter:
+        options.setdefault("interval", 3600.0)
+        writer = events.AsyncWriter(**options)
+        monkeypatch.setattr(events, "_writer", writer)
+        writers.append(writer)
+        return writer
+
+    yield install
+    for writer in writers:
+        writer.close(10)

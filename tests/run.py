@@ -10,6 +10,9 @@ nothing but Python 3.11+ and pip.
 
 from __future__ import annotations
 
+import glob
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -41,6 +44,23 @@ def install_browser() -> None:
     """Browser tests will need Debian's ``chromium``; it gets installed here. Nothing yet."""
 
 
+def install_postgresql() -> None:
+    """The fencing tests also run on a private PostgreSQL cluster (``tests/postgres_servers.py``):
+    install Debian's ``postgresql`` when its ``initdb`` is missing and we are root."""
+    if glob.glob("/usr/lib/postgresql/*/bin/initdb") or shutil.which("initdb"):
+        return
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        print(
+            "tests/run.py: PostgreSQL is not installed and this is not a root Debian shell; "
+            "install the `postgresql` package, or the PostgreSQL fencing tests will fail.",
+            file=sys.stderr,
+        )
+        return
+    os.environ.setdefault("DEBIAN_FRONTEND", "noninteractive")
+    run("apt-get", "update")
+    run("apt-get", "install", "-y", "--no-install-recommends", "postgresql")
+
+
 def run_pytest(args: list[str]) -> int:
     """Run pytest and return its exit code.
 
@@ -61,6 +81,7 @@ def main(args: list[str]) -> int:
     ensure_venv()
     install_project()
     install_browser()
+    install_postgresql()
     code = run_pytest(args)
     if code < 0:
         return 128 - code

@@ -24,6 +24,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_distlock",
+    "tests.commands_app",
+    "tests.fencing_app",
 ]
 
 MIDDLEWARE = [
@@ -52,10 +54,16 @@ TEMPLATES = [
     },
 ]
 
+# "pg" is a private PostgreSQL cluster that tests/postgres_servers.py starts, and points
+# this alias at, when a collected test uses it; until then it is Django's dummy backend,
+# so nothing tries to reach a server the suite did not start.
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": ":memory:",
+    },
+    "pg": {
+        "ENGINE": "django.db.backends.dummy",
     },
 }
 
@@ -66,7 +74,11 @@ CACHES = {
     },
 }
 
-DISTLOCK: dict[str, object] = {}
+# Events are written inline, in the test's own transaction: the default "async" writer
+# would write from a background thread on another connection to the shared in-memory
+# database, where it can lock tables under a test's feet and leak rows into the next
+# test. Tests of the async writer (tests/test_events.py) opt in with override_settings.
+DISTLOCK: dict[str, object] = {"EVENTS": "sync"}
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 

@@ -14,6 +14,7 @@ __all__ = [
     "MAX_NAME_LENGTH",
     "LockKeys",
     "index_key",
+    "lock_key",
     "validate_name",
     "validate_prefix",
     "validate_seconds",
@@ -83,6 +84,12 @@ def index_key(prefix: str) -> str:
     return f"{prefix}index"
 
 
+def lock_key(prefix: str, name: str) -> str:
+    """The key holding lock ``name`` under ``prefix`` (``LockKeys.for_name(...).lock``,
+    without building the other keys: listings compute thousands of these)."""
+    return f"{prefix}{{{name.translate(_TAG_ESCAPES)}}}"
+
+
 @dataclass(frozen=True, slots=True)
 class LockKeys:
     """The keys of one lock, in the order the scripts expect them (``KEYS[1..8]``).
@@ -103,7 +110,7 @@ class LockKeys:
     @classmethod
     def for_name(cls, prefix: str, name: str) -> LockKeys:
         """The keys of lock ``name`` under ``prefix`` (both already validated)."""
-        lock = f"{prefix}{{{name.translate(_TAG_ESCAPES)}}}"
+        lock = lock_key(prefix, name)
         return cls(
             lock=lock,
             fence=f"{lock}:fence",

@@ -1,0 +1,244 @@
+"""System checks (``manage.py check``) for the ``DISTLOCK`` setting and its Redis.
+
+======================  ==============================================================
+``django_distlock.E001``  a ``DISTLOCK`` key has a bad type or value (one error per key)
+``django_distlock.E002``  ``DISTLOCK["CACHE"]`` names no alias of ``CACHES``
+``django_distlock.E003``  that cache is not a django-redis cache
+``django_distlock.E004``  ``DISTLOCK["VIEW_ON_BUSY"]`` does not import, is not callable,
+                          or does not take ``(request, name, retry_after)``
+``django_distlock.E005``  ``DISTLOCK["VIEW_ON_UNAVAILABLE"]`` does not import, is not
+                          callable, or does not take ``(request, name)``
+``django_distlock.W001``  Redis does not answer ``PING`` (``check --deploy`` only)
+======================  ==============================================================
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+from django.apps import AppConfig
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from .settings import DEFAULTS, EVENT_MODES, Config, _build, get_config
+
+__all__ = ["PING_TIMEOUT", "TAG", "check_redis_answers", "check_settings"]
+
+TAG = "distlock"
+"""Run only these checks with ``manage.py check --tag distlock``."""
+
+PING_TIMEOUT = 2.0
+"""Seconds the deploy check waits for Redis to connect and to answer ``PING``."""
+
+_HINTS = {
+    "CACHE": "Set DISTLOCK['CACHE'] to the alias of a django-redis cache in CACHES, "
+    "e.g. 'default'.",
+    "URL": "Set DISTLOCK['URL'] to a redis:// URL, or remove it to use DISTLOCK['CACHE'].",
+    "KEY_PREFIX": "Use a non-empty str without '{', '}' or NUL, e.g. 'distlock:'.",
+    "TIMEOUT": "Use a positive number of seconds, e.g. 30.",
+    "AUTO_RENEW": "Use True or False.",
+    "EVENTS": f"Use one of {', '.join(map(repr, EVENT_MODES))} ('async' is the default).",
+    "EVENT_RETENTION": "Use a positive number of seconds, e.g. 30 * 24 * 3600 for 30 days.",
+    "VIEW_ON_BUSY": "Use the dotted path of a callable on_busy(request, name, retry_after) "
+    "that returns a response, or None for the default 423 response.",
+    "VIEW_ON_UNAVAILABLE": "Use the dotted path of a callable on_unavailable(request, name) "
+    "that returns a response, or None for the default 503 response.",
+    "VIEW_FAIL_OPEN": "Use True or False.",
+}
+
+
+def _settings_errors(raw: Any) -> list[CheckMessage]:
+    """Every problem of the raw ``DISTLOCK`` value, one error per key."""
+    if not isinstance(raw, dict):
+        return [
+            Error(
+                f"DISTLOCK must be a dict, not {type(raw).__name__}",
+                hint="Set DISTLOCK to a dict, e.g. DISTLOCK = {'CACHE': 'default'}, "
+                "or remove it to use the defaults.",
+                id="django_distlock.E001",
+            )
+        ]
+    errors: list[CheckMessage] = []
+    for key in sorted(set(raw) - set(DEFAULTS), key=str):
+        close = difflib.get_close_matches(str(key), list(DEFAULTS), n=1)
+        errors.append(
+            Error(
+                f"DISTLOCK has an unknown key {key!r}",
+                hint=f"Did you mean {close[0]!r}?"
+                if close
+                else f"Remove it; the known keys are {', '.join(sorted(DEFAULTS))}.",
+                id="django_distlock.E001",
+            )
+        )
+    for key in DEFAULTS:
+        if key not in raw:
+            continue
+        try:
+            _build({key: raw[key]})
+        except ImproperlyConfigured as exc:
+            errors.append(Error(str(exc), hint=_HINTS[key], id="django_distlock.E001"))
+    return errors
+
+
+def _cache_errors(config: Config) -> list[CheckMessage]:
+    if config.url is not None:
+        return []
+    cache = settings.CACHES.get(config.cache)
+    if cache is None:
+        aliases = ", ".join(map(repr, settings.CACHES)) or "none"
+        return [
+            Error(
+                f"DISTLOCK['CACHE'] is {config.cache!r}, but CACHES has no such alias "
+                f"(aliases: {aliases})",
+                hint="Add a django-redis cache under that alias to CACHES, set "
+                "DISTLOCK['CACHE'] to an existing django-redis alias, or set "
+                "DISTLOCK['URL'] to a redis:// URL.",
+                id="django_distlock.E002",
+            )
+        ]
+    backend = str(cache.get("BACKEND", ""))
+    if not backend.startswith("django_redis."):
+        return [
+            Error(
+                f"CACHES[{config.cache!r}] uses {backend!r}, which is not a django-redis "
+                "cache, so django-distlock cannot find its Redis",
+                hint="Use 'django_redis.cache.RedisCache' as its BACKEND, point "
+                "DISTLOCK['CACHE'] at a django-redis alias, or set DISTLOCK['URL'] to a "
+                "redis:// URL.",
+                id="django_distlock.E003",
+            )
+        ]
+    return []
+
+
+# Each settings hook: its DISTLOCK key, check id and the arguments it is called with.
+_HOOKS = (
+    ("VIEW_ON_BUSY", "django_distlock.E004", "on_busy(request, name, retry_after)", 3),
+    ("VIEW_ON_UNAVAILABLE", "django_distlock.E005", "on_unavailable(request, name)", 2),
+)
+
+
+def _hook_errors(config: Config) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    for key, check_id, call, arity in _HOOKS:
+        path = getattr(config, key.lower())
+        if path is None:
+            continue
+        problem = _hook_problem(path, call, arity)
+        if problem:
+            errors.append(
+                Error(f"DISTLOCK[{key!r}] is {path!r}, {problem}", hint=_HINTS[key], id=check_id)
+            )
+    return errors
+
+
+def _hook_problem(path: str, call: str, arity: int) -> str:
+    try:
+        hook = import_string(path)
+    except ImportError as exc:
+        return f"which cannot be imported: {exc}"
+    if not callable(hook):
+        return f"which is a {type(hook).__name__}, not a callable"
+    try:
+        inspect.signature(hook).bind(*(None, "name", 1.0)[:arity])
+    except TypeError as exc:
+        return f"which cannot be called as {call}: {exc}"
+    except ValueError:  # no signature to inspect (some builtins): trust it
+        pass
+    return ""
+
+
+@register(TAG, Tags.caches)
+def check_settings(app_configs: Sequence[AppConfig] | None, **kwargs: Any) -> list[CheckMessage]:
+    """E001-E005: the ``DISTLOCK`` setting, the cache it names and the view hooks."""
+    errors = _settings_errors(getattr(settings, "DISTLOCK", {}))
+    if errors:
+        return errors
+    try:
+        config = get_config()
+    except ImproperlyConfigured as exc:  # a problem no single key shows
+        return [
+            Error(
+                str(exc),
+                hint="Fix the DISTLOCK setting; see DEFAULTS in django_distlock.settings.",
+                id="django_distlock.E001",
+            )
+        ]
+    return _cache_errors(config) + _hook_errors(config)
+
+
+def _redacted(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = f"{parts.username}:***@" if parts.username else ":***@"
+    return urlunsplit(parts._replace(netloc=user + netloc))
+
+
+@register(TAG, Tags.caches, deploy=True)
+def check_redis_answers(
+    app_configs: Sequence[AppConfig] | None, **kwargs: Any
+) -> list[CheckMessage]:
+    """W001 (``check --deploy``): the configured Redis answers ``PING`` within
+    :data:`PING_TIMEOUT` seconds. Skipped while the setting itself is invalid."""
+    from .connections import redis_options
+
+    try:
+        config = get_config()
+    except ImproperlyConfigured:
+        return []  # check_settings reports it
+    try:
+        url, options = redis_options(config)
+    except ImproperlyConfigured as exc:
+        if _cache_errors(config):
+            return []  # check_settings reports it
+        return [
+            Warning(
+                f"django-distlock has no usable Redis URL: {exc}",
+                hint="Set the LOCATION of the cache DISTLOCK['CACHE'] names to a redis:// "
+                "URL, or set DISTLOCK['URL'].",
+                id="django_distlock.W001",
+            )
+        ]
+    options.update(
+        socket_timeout=PING_TIMEOUT,
+        socket_connect_timeout=PING_TIMEOUT,
+        retry=Retry(NoBackoff(), 0),
+    )
+    try:
+        client = redis.Redis.from_url(url, **options)
+    except ValueError as exc:
+        return [
+            Warning(
+                f"Redis URL {_redacted(url)!r} of django-distlock is not usable: {exc}",
+                hint="Use a redis://, rediss:// or unix:// URL in DISTLOCK['URL'] or in "
+                "the LOCATION of the cache DISTLOCK['CACHE'] names.",
+                id="django_distlock.W001",
+            )
+        ]
+    try:
+        client.ping()
+    except (redis.RedisError, OSError) as exc:
+        return [
+            Warning(
+                f"Redis at {_redacted(url)!r} does not answer PING within "
+                f"{PING_TIMEOUT:g} s: {type(exc).__name__}: {exc}",
+                hint="Start that Redis server or point DISTLOCK['URL'] (or the cache "
+                "DISTLOCK['CACHE'] names) at a running one. Until it answers, guarded "
+                "views answer 503 and locks raise LockBackendUnavailable.",
+                id="django_distlock.W001",
+            )
+        ]
+    finally:
+        client.close()
+    return []

@@ -1,0 +1,369 @@
+"""Management commands that run under a lock: ``LockedCommand`` and ``LockedCommandMixin``.
+
+A cron job or deploy hook that must never overlap with itself, on any host, becomes::
+
+    from django_distlock import LockedCommand
+
+    class Command(LockedCommand):           # the lock is named after the command
+        def handle(self, *args, **options):
+            sync_catalog(fence=self.lock.fence)
+
+Every such command gains ``--lock-wait SECONDS``, ``--lock-timeout SECONDS`` and
+``--no-lock``, from the command line and through ``call_command``. A busy lock fails with a
+``CommandError`` naming the holder; a lock lost while the command ran fails it too, even
+if ``handle()`` returned normally.
+
+The helpers the ``distlock`` command shares with it live here as well:
+:func:`parse_duration`, :func:`format_duration` and :func:`escape_for_terminal`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import re
+import string
+import time
+import unicodedata
+from typing import TYPE_CHECKING, Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from .engine.exceptions import LockBackendUnavailable, LockError, LockLost
+from .engine.keys import validate_name
+
+if TYPE_CHECKING:
+    from .engine import Lock
+
+    _CommandBase = BaseCommand
+else:
+    _CommandBase = object
+
+__all__ = [
+    "LockedCommand",
+    "LockedCommandMixin",
+    "escape_for_terminal",
+    "format_duration",
+    "parse_duration",
+]
+
+_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+_DURATION = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]+)?)(?P<unit>[a-zA-Z]*)")
+_DURATION_EXAMPLES = "30d, 12h, 90m, 45s or a number of seconds"
+
+
+def parse_duration(text: str) -> datetime.timedelta:
+    """Parse ``30d``, ``12h``, ``90m``, ``45s`` or a plain number of seconds (``3600``,
+    ``1.5``) into a ``timedelta``; ``ValueError`` with a readable message otherwise.
+
+    >>> parse_duration("90m")
+    datetime.timedelta(seconds=5400)
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"a duration must be a str, not {type(text).__name__}")
+    value = text.strip()
+    if not value:
+        raise ValueError(f"empty duration; expected {_DURATION_EXAMPLES}")
+    if value.startswith("-"):
+        raise ValueError(f"duration {text!r} must not be negative")
+    match = _DURATION.fullmatch(value)
+    if match is None:
+        raise ValueError(f"invalid duration {text!r}; expected {_DURATION_EXAMPLES}")
+    unit = match["unit"]
+    if unit and unit not in _UNITS:
+        raise ValueError(f"unknown unit {unit!r} in duration {text!r}; use d, h, m or s")
+    if len(match["number"]) > 30:
+        raise ValueError(f"duration {text!r} is too large")
+    seconds = float(match["number"]) * _UNITS.get(unit, 1)
+    try:
+        return datetime.timedelta(seconds=seconds)
+    except OverflowError:
+        raise ValueError(
+            f"duration {text!r} is too large (at most {datetime.timedelta.max.days} days)"
+        ) from None
+
+
+def format_duration(seconds: float) -> str:
+    """A short human reading of ``seconds``: ``4.2s``, ``45s``, ``3m 12s``, ``2h 5m``,
+    ``3d 4h`` (negative values, from clock skew between hosts, read as ``0s``).
+
+    >>> format_duration(192)
+    '3m 12s'
+    """
+    if math.isnan(seconds):
+        return "?"
+    if seconds <= 0:
+        return "0s"
+    if math.isinf(seconds):
+        return "forever"
+    if seconds < 10:
+        return f"{seconds:.1f}s"
+    whole = int(seconds)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h" if hours else f"{days}d"
+    if hours:
+        return f"{hours}h {minutes}m" if minutes else f"{hours}h"
+    if minutes:
+        return f"{minutes}m {secs}s" if secs else f"{minutes}m"
+    return f"{secs}s"
+
+
+_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+
+
+def _escape(char: str) -> str:
+    named = _NAMED_ESCAPES.get(char)
+    if named is not None:
+        return named
+    if unicodedata.category(char) not in _UNSAFE_CATEGORIES:
+        return char
+    code = ord(char)
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def escape_for_terminal(text: str) -> str:
+    """``text`` safe to print on a terminal: control and format characters (escape
+    sequences, bidi overrides, line breaks) become Python-style escapes (``\\x1b``,
+    ``\\u202e``), and so does the backslash, so that the output is unambiguous.
+
+    Lock names and owner labels come from any process that can reach Redis; printing
+    them raw would let one rewrite an operator's screen.
+
+    >>> escape_for_terminal("job\\x1b[2J")
+    'job\\\\x1b[2J'
+    """
+    if text.isprintable() and "\\" not in text:
+        return text
+    return "".join(_escape(char) for char in text)
+
+
+def seconds_type(*, allow_zero: bool) -> Any:
+    """An argparse ``type`` accepting durations (``90``, ``1.5``, ``5m``) as float seconds."""
+
+    def seconds(text: str) -> float:
+        try:
+            value = parse_duration(text).total_seconds()
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        if not allow_zero and value < 0.001:
+            raise argparse.ArgumentTypeError(f"{text!r} must be more than zero seconds")
+        return value
+
+    seconds.__name__ = "seconds"
+    return seconds
+
+
+def utc_timestamp(moment: datetime.datetime) -> str:
+    """``2026-11-22 10:01:02 UTC`` for an aware datetime."""
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def holder_description(name: str) -> str | None:
+    """``web-3 pid 4242 since 2026-11-22 10:01:02 UTC (12s ago)`` for the current holder
+    of lock ``name``, or ``None`` if nobody holds it (or it cannot be read)."""
+    from .models import HeldLock
+
+    try:
+        held = HeldLock.objects.get(name=name)
+    except (HeldLock.DoesNotExist, LockError, ImproperlyConfigured):
+        return None
+    since = ""
+    if held.acquired_at is not None:
+        age = time.time() - held.acquired_at.timestamp()
+        since = f" since {utc_timestamp(held.acquired_at)} ({format_duration(age)} ago)"
+    return f"{escape_for_terminal(held.host)} pid {held.pid}{since}"
+
+
+def busy_message(name: str, waited: float) -> str:
+    """The message of a command that did not get lock ``name`` (after ``waited`` s)."""
+    holder = holder_description(name)
+    shown = repr(name)  # repr escapes control characters too
+    if waited > 0:
+        who = f" by {holder}" if holder else ""
+        return (
+            f"lock {shown} is still held{who} after waiting {format_duration(waited)}; "
+            "use a longer --lock-wait to wait longer"
+        )
+    if holder:
+        return f"lock {shown} is held by {holder}; use --lock-wait to wait"
+    return (
+        f"lock {shown} is busy (its holder could not be read: it may have released it just "
+        "now); try again, or use --lock-wait to wait"
+    )
+
+
+class LockedCommandMixin(_CommandBase):
+    """Runs a management command under a distributed lock; put it before ``BaseCommand``
+    (or your existing command base class)::
+
+        class Command(LockedCommandMixin, BaseCommand):
+            lock_name = "import:{source}"    # filled from the parsed options
+            lock_timeout = 120               # lease (renewed while the command runs)
+
+            def add_arguments(self, parser):
+                parser.add_argument("source")
+
+            def handle(self, *args, **options): ...
+
+    The lock is taken in :meth:`execute`, so it applies on the command line and through
+    ``call_command`` alike, and around the system checks and ``handle()``. While the
+    command runs, ``self.lock`` is the held :class:`~django_distlock.engine.Lock` (use
+    ``self.lock.fence`` for fenced writes, ``self.lock.lost`` to stop early). The lock
+    is renewed for as long as the command runs; ``lock_timeout`` (default
+    ``DISTLOCK["TIMEOUT"]``) only bounds how long a crashed run blocks the next one.
+
+    Failures, all ``CommandError`` (exit status 1 on the command line): the lock is busy
+    (the message names the holder's host, pid and since when), Redis cannot be reached,
+    or the lock was lost while the command ran.
+    """
+
+    lock_name: str | None = None
+    """The lock's name; default: the command's name. A ``str.format`` template is filled
+    from the parsed options (``"import:{source}"``). Override :meth:`get_lock_name` for
+    anything else."""
+    lock_timeout: float | None = None
+    """Lease in seconds (default ``DISTLOCK["TIMEOUT"]``); ``--lock-timeout`` overrides."""
+    lock_wait: float = 0
+    """Seconds to wait for a busy lock (``0``: fail at once); ``--lock-wait`` overrides."""
+
+    lock: Lock | None = None
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        """Add the locking options after the command's own (``add_arguments`` need not
+        call ``super()``)."""
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        group = parser.add_argument_group("distributed lock")
+        group.add_argument(
+            "--lock-wait",
+            type=seconds_type(allow_zero=True),
+            default=None,
+            metavar="SECONDS",
+            help=f"wait up to SECONDS for a busy lock (default: {self.lock_wait:g}, fail at once)",
+        )
+        group.add_argument(
+            "--lock-timeout",
+            type=seconds_type(allow_zero=False),
+            default=None,
+            metavar="SECONDS",
+            help="lease of the lock, renewed while the command runs (default: DISTLOCK['TIMEOUT'])",
+        )
+        group.add_argument(
+            "--no-lock", action="store_true", help="run without taking the lock (careful)"
+        )
+        return parser
+
+    @property
+    def command_name(self) -> str:
+        """The command's name: the module it is defined in (``sync_catalog``)."""
+        return type(self).__module__.rpartition(".")[2]
+
+    def get_lock_name(self, **options: Any) -> str:
+        """The lock's name for this run: :attr:`lock_name` filled from ``options``, or the
+        command's name."""
+        template = self.lock_name
+        if template is None:
+            return self.command_name
+        fields = [field for _, field, _, _ in string.Formatter().parse(template) if field]
+        if not fields:
+            return template
+        try:
+            return template.format_map(options)
+        except (KeyError, AttributeError, IndexError) as exc:
+            raise CommandError(
+                f"lock_name {template!r} of {self.command_name} cannot be filled from the "
+                f"command's options ({type(exc).__name__}: {exc}); "
+                f"options are {sorted(options)}"
+            ) from None
+
+    def on_lock_lost(self) -> None:
+        """Called from the lease-renewal thread when the lock is found lost (another
+        process may now hold it). The default writes a warning to stderr; the command
+        still fails with ``CommandError`` when it ends."""
+        self.stderr.write(
+            f"Warning: lock {self.lock.name!r} was lost; another "
+            "process may be running the same work now"
+            if self.lock is not None
+            else "Warning: the command's lock was lost"
+        )
+
+    def execute(self, *args: Any, **options: Any) -> Any:
+        """Take the lock, run the command (checks and ``handle()``), release the lock."""
+        if options.get("no_lock"):
+            return super().execute(*args, **options)
+        wait = options.get("lock_wait")
+        wait = float(self.lock_wait) if wait is None else wait
+        timeout = options.get("lock_timeout")
+        timeout = self.lock_timeout if timeout is None else timeout
+        name = self.get_lock_name(**options)
+        lock = self._build_lock(name, wait=wait, timeout=timeout)
+        started = time.monotonic()
+        try:
+            acquired = lock.acquire()
+        except LockBackendUnavailable as exc:
+            raise CommandError(f"cannot take lock {name!r}: {exc}") from exc
+        except ImproperlyConfigured as exc:
+            raise CommandError(f"cannot take lock {name!r}: {exc}") from exc
+        if not acquired:
+            waited = time.monotonic() - started if wait > 0 else 0.0
+            raise CommandError(busy_message(name, waited))
+        self.lock = lock
+        try:
+            result = super().execute(*args, **options)
+        except BaseException as exc:
+            # Leave the lock the way ``with`` does: the command's own error wins, and a
+            # lock that cannot be released stops being renewed.
+            lock.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        try:
+            lock.__exit__(None, None, None)
+        except LockLost as exc:
+            raise CommandError(
+                f"lock {name!r} was lost while the command ran, so another process may "
+                f"have run at the same time: {exc}"
+            ) from exc
+        except LockError as exc:
+            raise CommandError(f"could not release lock {name!r}: {exc}") from exc
+        return result
+
+    def _build_lock(self, name: str, *, wait: float, timeout: float | None) -> Lock:
+        from .locks import distlock
+
+        try:
+            validate_name(name, "lock name")
+            return distlock(
+                name,
+                timeout=timeout,
+                blocking=wait > 0,
+                blocking_timeout=wait,
+                auto_renew=True,
+                on_lost=lambda lock: self.on_lock_lost(),
+                context=f"manage.py {self.command_name}",
+            )
+        except (TypeError, ValueError) as exc:
+            raise CommandError(f"invalid lock for {self.command_name}: {exc}") from exc
+
+
+class LockedCommand(LockedCommandMixin, BaseCommand):
+    """A ``BaseCommand`` that runs under a distributed lock named after the command.
+
+    ::
+
+        class Command(LockedCommand):
+            lock_timeout = 300
+
+            def handle(self, *args, **options):
+                rebuild_search_index()
+
+    ``manage.py rebuild_index`` then fails at once (non-zero exit) while another run
+    holds the lock, naming it: ``lock 'rebuild_index' is held by web-3 pid 4242 since
+    2026-11-22 10:01:02 UTC (12s ago); use --lock-wait to wait``. See
+    :class:`LockedCommandMixin` for the attributes and options.
+    """

@@ -1,0 +1,1 @@
+"""A test-only app with example locked management commands."""

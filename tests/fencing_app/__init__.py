@@ -1,0 +1,1 @@
+"""A test app with fenced models, for ``tests/test_fencing.py``."""
