@@ -54,7 +54,7 @@ def test_settings_changes_apply_to_existing_decorated_functions(redis_client):
         seen.append(sorted(k for k in redis_client.keys("*") if b"{report:" in k))
 
     build_report("mon")
-    with override_settings(DISTLOCK={"KEY_PREFIX": "other:", "TIMEOUT": 5}):
+    with override_settings(DISTLOCK={"EVENTS": "off", "KEY_PREFIX": "other:", "TIMEOUT": 5}):
         build_report("tue")
     assert seen[0] == [b"distlock:{report:mon}", b"distlock:{report:mon}:fence"]
     # The first lock's fence counter outlives its release, by design.
@@ -66,7 +66,10 @@ def test_settings_changes_apply_to_existing_decorated_functions(redis_client):
 
 
 def test_timeout_and_auto_renew_defaults_come_from_settings(redis_client):
-    with override_settings(DISTLOCK={"TIMEOUT": 5, "AUTO_RENEW": False}), distlock("t") as lock:
+    with (
+        override_settings(DISTLOCK={"EVENTS": "off", "TIMEOUT": 5, "AUTO_RENEW": False}),
+        distlock("t") as lock,
+    ):
         pttl = redis_client.pttl("distlock:{t}")
         assert 4_000 < pttl <= 5_000
         owner = redis_client.get("distlock:{t}").split(b"\n", 4)[4]
@@ -75,13 +78,13 @@ def test_timeout_and_auto_renew_defaults_come_from_settings(redis_client):
 
 
 def test_explicit_arguments_beat_settings(redis_client):
-    with override_settings(DISTLOCK={"TIMEOUT": 5}), distlock("t", timeout=60):
+    with override_settings(DISTLOCK={"EVENTS": "off", "TIMEOUT": 5}), distlock("t", timeout=60):
         assert redis_client.pttl("distlock:{t}") > 59_000
 
 
 def test_url_setting_overrides_the_cache(redis_client, private_redis):
     other = private_redis.client()
-    with override_settings(DISTLOCK={"URL": private_redis.url}):
+    with override_settings(DISTLOCK={"EVENTS": "off", "URL": private_redis.url}):
         with distlock("elsewhere"):
             assert other.exists("distlock:{elsewhere}")
             assert not redis_client.exists("distlock:{elsewhere}")

@@ -283,7 +283,7 @@ async def test_async_on_busy_for_async_view(async_client, redis_client):
 
 @pytest.mark.parametrize("flavour", FLAVOUR_IDS)
 def test_on_busy_from_settings(client, redis_client, flavour):
-    on_busy = {"VIEW_ON_BUSY": "tests.view_urls.settings_on_busy"}
+    on_busy = {"EVENTS": "off", "VIEW_ON_BUSY": "tests.view_urls.settings_on_busy"}
     with override_settings(DISTLOCK=on_busy), distlock("invoice:42", timeout=30):
         response = client.get(f"/{flavour}/42/")
     assert response.status_code == 409
@@ -291,7 +291,7 @@ def test_on_busy_from_settings(client, redis_client, flavour):
 
 
 def test_per_view_on_busy_beats_settings(client, redis_client):
-    on_busy = {"VIEW_ON_BUSY": "tests.view_urls.settings_on_busy"}
+    on_busy = {"EVENTS": "off", "VIEW_ON_BUSY": "tests.view_urls.settings_on_busy"}
     with override_settings(DISTLOCK=on_busy), distlock("invoice:42"):
         assert client.get("/teapot/42/").status_code == 418
         assert client.get("/mixin-teapot/42/").status_code == 418
@@ -307,7 +307,7 @@ def test_per_view_on_busy_beats_settings(client, redis_client):
 )
 def test_broken_on_busy_setting_is_improperly_configured(client, redis_client, path, message):
     with (
-        override_settings(DISTLOCK={"VIEW_ON_BUSY": path}),
+        override_settings(DISTLOCK={"EVENTS": "off", "VIEW_ON_BUSY": path}),
         distlock("invoice:42"),
         pytest.raises(ImproperlyConfigured, match=message),
     ):
@@ -326,7 +326,7 @@ def dead_redis_url(private_redis) -> str:
 
 @pytest.mark.parametrize("flavour", FLAVOUR_IDS)
 def test_backend_down_answers_503(client, dead_redis_url, flavour, caplog):
-    with override_settings(DISTLOCK={"URL": dead_redis_url}):
+    with override_settings(DISTLOCK={"EVENTS": "off", "URL": dead_redis_url}):
         response = client.get(f"/{flavour}/42/")
     assert response.status_code == 503
     assert response["Retry-After"] == str(UNAVAILABLE_RETRY_AFTER)
@@ -336,7 +336,7 @@ def test_backend_down_answers_503(client, dead_redis_url, flavour, caplog):
 
 @pytest.mark.parametrize("flavour", FLAVOUR_IDS)
 async def test_backend_down_answers_503_to_async_client(async_client, dead_redis_url, flavour):
-    with override_settings(DISTLOCK={"URL": dead_redis_url}):
+    with override_settings(DISTLOCK={"EVENTS": "off", "URL": dead_redis_url}):
         response = await async_client.get(f"/{flavour}/42/")
     assert response.status_code == 503
 
@@ -350,14 +350,18 @@ async def test_backend_down_answers_503_to_async_client(async_client, dead_redis
     ],
 )
 async def test_on_unavailable_answers_when_redis_is_down(async_client, dead_redis_url, path, body):
-    with override_settings(DISTLOCK={"URL": dead_redis_url}):
+    with override_settings(DISTLOCK={"EVENTS": "off", "URL": dead_redis_url}):
         response = await async_client.get(path)
     assert response.status_code == 418
     assert response.content == body
 
 
 def test_view_on_unavailable_setting(client, dead_redis_url):
-    setting = {"URL": dead_redis_url, "VIEW_ON_UNAVAILABLE": "tests.view_urls.maintenance"}
+    setting = {
+        "EVENTS": "off",
+        "URL": dead_redis_url,
+        "VIEW_ON_UNAVAILABLE": "tests.view_urls.maintenance",
+    }
     with override_settings(DISTLOCK=setting):
         response = client.get("/pay/42/")
         assert response.status_code == 418
@@ -372,7 +376,10 @@ def test_on_unavailable_must_be_callable():
 
 
 def test_fail_open_runs_the_view_unguarded_and_logs(client, dead_redis_url, caplog):
-    with override_settings(DISTLOCK={"URL": dead_redis_url}), caplog.at_level(logging.WARNING):
+    with (
+        override_settings(DISTLOCK={"EVENTS": "off", "URL": dead_redis_url}),
+        caplog.at_level(logging.WARNING),
+    ):
         response = client.get("/fail-open/42/")
     assert response.status_code == 200
     assert response.json() == {"held": None, "ran": True}  # it ran, and Redis was down
@@ -383,14 +390,16 @@ def test_fail_open_runs_the_view_unguarded_and_logs(client, dead_redis_url, capl
 
 
 async def test_fail_open_async_view(async_client, dead_redis_url):
-    with override_settings(DISTLOCK={"URL": dead_redis_url}):
+    with override_settings(DISTLOCK={"EVENTS": "off", "URL": dead_redis_url}):
         response = await async_client.get("/afail-open/42/")
     assert response.json() == {"held": None, "ran": True}
 
 
 @pytest.mark.parametrize("flavour", FLAVOUR_IDS)
 def test_fail_open_setting(client, dead_redis_url, flavour):
-    with override_settings(DISTLOCK={"URL": dead_redis_url, "VIEW_FAIL_OPEN": True}):
+    with override_settings(
+        DISTLOCK={"EVENTS": "off", "URL": dead_redis_url, "VIEW_FAIL_OPEN": True}
+    ):
         assert client.get(f"/{flavour}/42/").status_code == 200
         assert client.get("/fail-closed/42/").status_code == 503  # per view beats settings
 
