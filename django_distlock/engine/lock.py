@@ -476,11 +476,8 @@ class Lock:
             return
         try:
             self.release()
-        except LockLost:
-            if exc is None and self.raise_on_lost:
-                raise
         except LockError as error:
-            self._unreleasable(hold, error, body_failed=exc is not None)
+            self._release_failed_on_exit(hold, error, body_failed=exc is not None)
 
     async def __aenter__(self) -> Lock:
         if not await self.aacquire():
@@ -498,14 +495,17 @@ class Lock:
             return
         try:
             await self.arelease()
-        except LockLost:
-            if exc is None and self.raise_on_lost:
-                raise
         except LockError as error:
-            self._unreleasable(hold, error, body_failed=exc is not None)
+            self._release_failed_on_exit(hold, error, body_failed=exc is not None)
 
-    def _unreleasable(self, hold: Hold, error: LockError, *, body_failed: bool) -> None:
-        """Leaving ``with`` when the release itself failed (Redis unreachable)."""
+    def _release_failed_on_exit(self, hold: Hold, error: LockError, *, body_failed: bool) -> None:
+        """Leaving ``with`` when the release failed: a lost lock raises ``LockLost`` (unless
+        the body raised or ``raise_on_lost`` is off); Redis unreachable is a lost lock if
+        the lease is over, else ``error`` itself. The body's own exception always wins."""
+        if isinstance(error, LockLost):
+            if not body_failed and self.raise_on_lost:
+                raise error
+            return
         hold.auto_renew = False  # at least let the lease run out
         if hold.is_lost():
             # The lease is over anyway: the holder has lost the lock, and is told so.

@@ -70,6 +70,26 @@ def after_failure(hold: Hold, exc: BaseException) -> float | None:
     return min(now + max(hold.lease / 10, 0.001), hold.valid_until_mono)
 
 
+def _check_not_expired(hold: Hold, now: float) -> None:
+    if hold.expired(now):
+        raise LockBackendUnavailable("no renewal confirmed in time", name=hold.name)
+
+
+def _conclude(
+    hold: Hold,
+    lock_ref: Callable[[], Lock | None],
+    next_due: float | None,
+    schedule: Callable[[Hold, Callable[[], Lock | None], float], None],
+) -> None:
+    """After a renewal attempt: report the lock lost, or schedule the next renewal."""
+    if hold.released or hold.releasing:
+        return  # released while the renewal was in flight: its answer means nothing
+    if next_due is None:
+        _report_lost(hold, lock_ref)
+    else:
+        schedule(hold, lock_ref, next_due)
+
+
 def _report_lost(hold: Hold, lock_ref: Callable[[], Lock | None]) -> None:
     hold.lost = True
     lock = lock_ref()
@@ -155,8 +175,7 @@ class ThreadWatchdog:
         sent_at = time.monotonic()
         driver = SyncDriver(hold.backend, hold.name)
         try:
-            if hold.expired(sent_at):
-                raise LockBackendUnavailable("no renewal confirmed in time", name=hold.name)
+            _check_not_expired(hold, sent_at)
             reply = driver.call_within(renewal_call(hold), hold.valid_until_mono - sent_at)
             next_due = after_renewal(hold, reply, sent_at)
         except LockBackendUnavailable as exc:
@@ -164,12 +183,7 @@ class ThreadWatchdog:
         except Exception as exc:  # the watchdog thread must not die
             logger.exception("django-distlock: unexpected error renewing %r", hold.name)
             next_due = after_failure(hold, exc)
-        if hold.released or hold.releasing:
-            return  # released while the renewal was in flight: its answer means nothing
-        if next_due is None:
-            _report_lost(hold, lock_ref)
-        else:
-            self._schedule(hold, lock_ref, next_due)
+        _conclude(hold, lock_ref, next_due, self._schedule)
 
 
 class LoopWatchdog:
@@ -199,8 +213,7 @@ class LoopWatchdog:
         sent_at = time.monotonic()
         driver = AsyncDriver(hold.backend, hold.name)
         try:
-            if hold.expired(sent_at):
-                raise LockBackendUnavailable("no renewal confirmed in time", name=hold.name)
+            _check_not_expired(hold, sent_at)
             reply = await asyncio.wait_for(
                 driver.call(renewal_call(hold)), hold.valid_until_mono - sent_at
             )
@@ -210,12 +223,7 @@ class LoopWatchdog:
         except Exception as exc:
             logger.exception("django-distlock: unexpected error renewing %r", hold.name)
             next_due = after_failure(hold, exc)
-        if hold.released or hold.releasing:
-            return  # released while the renewal was in flight: its answer means nothing
-        if next_due is None:
-            _report_lost(hold, lock_ref)
-        else:
-            self._schedule(hold, lock_ref, next_due)
+        _conclude(hold, lock_ref, next_due, self._schedule)
 
 
 _thread_watchdog: ThreadWatchdog | None = None
