@@ -41,7 +41,21 @@ def install_project() -> None:
 
 
 def install_browser() -> None:
-    """Browser tests will need Debian's ``chromium``; it gets installed here. Nothing yet."""
+    """The admin browser tests (``tests/test_admin_browser.py``) drive Debian's ``chromium``
+    through Playwright (never ``playwright install``): install it when ``/usr/bin/chromium``
+    is missing and we are root."""
+    if Path("/usr/bin/chromium").exists():
+        return
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        print(
+            "tests/run.py: /usr/bin/chromium is missing and this is not a root Debian shell; "
+            "install the `chromium` package, or the admin browser tests will fail.",
+            file=sys.stderr,
+        )
+        return
+    os.environ.setdefault("DEBIAN_FRONTEND", "noninteractive")
+    run("apt-get", "update")
+    run("apt-get", "install", "-y", "--no-install-recommends", "chromium")
 
 
 def install_postgresql() -> None:

@@ -126,7 +126,10 @@ async def test_a_waiter_takes_over_promptly_from_a_crashed_process(
     assert acquired
     assert fence > crashed_fence
     assert at - killed_at > lease_left - 0.01
-    assert at - killed_at < lease_left + PROMPT + 0.05
+    # One observation across processes on a loaded 2-core machine: allow scheduling
+    # noise, but not a waiter that only notices through its 1 s re-check (the median
+    # lateness is held to PROMPT by the test above).
+    assert at - killed_at < lease_left + 0.3
 
 
 # -- fairness ---------------------------------------------------------------------------

@@ -1,0 +1,597 @@
+"""The admin: the locks held right now (live from Redis) and their history.
+
+``HeldLock`` has no table, so its admin replaces every view Django would build on a
+``ChangeList`` with its own, over ``HeldLock.objects`` (the django-rq way: an unmanaged
+model with explicit permissions, extra URLs wrapped in ``admin_site.admin_view``, and
+force release as a GET confirmation page then a POST, reported with ``messages``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import admin, messages
+from django.contrib.admin.models import DELETION, LogEntry
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.db.models import Case, Count, IntegerField, Max, Min, QuerySet, Value, When
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.templatetags.static import static
+from django.urls import NoReverseMatch, URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.safestring import mark_safe
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+from django.views.decorators.http import require_http_methods
+
+from . import chart
+from .models import HeldLock, LockEvent
+
+__all__ = ["HeldLockAdmin", "LockEventAdmin"]
+
+
+# -- Held locks -------------------------------------------------------------------------
+
+HELD_LOCKS_PER_PAGE = 100
+RECENT_EVENTS = 50
+_ORDERINGS = ("name", "-name", "ttl", "-ttl", "acquired_at", "-acquired_at")
+_SORTABLE_COLUMNS = (
+    ("name", gettext_lazy("Name")),
+    ("acquired_at", gettext_lazy("Held for")),
+    ("ttl", gettext_lazy("TTL remaining")),
+)
+
+
+class _Icons(dict[bool, str]):
+    """The admin's yes/no icons, resolved once (``static()`` may hash file names)."""
+
+    def __missing__(self, key: bool) -> str:
+        url = static(f"admin/img/icon-{'yes' if key else 'no'}.svg")
+        self[key] = url
+        return url
+
+
+_ICONS = _Icons()
+
+
+def humanize_seconds(seconds: float) -> str:
+    """``3725`` -> ``"1h 2m"``: the two largest units, short enough for a table cell."""
+    total = max(int(seconds), 0)
+    days, rest = divmod(total, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [(days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")]
+    while len(parts) > 1 and parts[0][0] == 0:
+        parts.pop(0)
+    return " ".join(f"{value}{unit}" for value, unit in parts[:2])
+
+
+def _selection_value(held: HeldLock) -> str:
+    """What a checkbox or a confirmation form carries: the token and fence the operator
+    saw, then the name (last: it may contain ``:``)."""
+    return f"{held.token}:{held.fence}:{held.name}"
+
+
+def _parse_selection(value: str) -> tuple[str, int | None, str] | None:
+    token, sep, rest = value.partition(":")
+    fence_text, sep2, name = rest.partition(":")
+    if not (sep and sep2 and token and name):
+        return None
+    try:
+        fence: int | None = int(fence_text)
+    except ValueError:
+        fence = None
+    return token, fence, name
+
+
+class _Row:
+    """One held lock as the pages show it. Everything a table cell shows is computed
+    here: template filters per cell would cost more than the Redis reads of a page."""
+
+    def __init__(self, held: HeldLock, now: float, detail_url: str = "") -> None:
+        self.held = held
+        self.detail_url = detail_url
+        self.selection = _selection_value(held)
+        self.owner = f"{held.host}, {'-' if held.pid is None else held.pid}, {held.thread}"
+        self.acquired_at_iso = held.acquired_at.isoformat()
+        self.held_for = humanize_seconds(now - held.acquired_at.timestamp())
+        self.ttl_seconds = f"{max(held.ttl, 0.0):.3f}"
+        self.ttl_display = f"{round(max(held.ttl, 0.0))} s"
+        self.expires_at_ms = int((now + max(held.ttl, 0.0)) * 1000)
+        self.auto_renew_icon = _ICONS[held.auto_renew]
+        self.auto_renew_label = _("yes") if held.auto_renew else _("no")
+
+
+@admin.register(HeldLock)
+class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Read-only listing of the held locks, a detail page per lock, and force release
+    (with ``django_distlock.force_release_heldlock``). No add, change or delete: locks
+    are taken by code and broken only through force release, a compare-and-delete on
+    the token the operator saw."""
+
+    # -- permissions --------------------------------------------------------------------
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        """Locks are taken by code, never added here."""
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Held locks are read-only."""
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """Breaking a lock is force release (its own permission), not a delete."""
+        return False
+
+    def has_force_release_permission(self, request: HttpRequest) -> bool:
+        """May ``request.user`` break held locks?"""
+        return request.user.has_perm("django_distlock.force_release_heldlock")
+
+    def _check_view(self, request: HttpRequest) -> None:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+
+    # -- URLs ---------------------------------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        """Only our own views: the lock name travels as ``?name=`` (any character
+        round-trips), never in the path."""
+        info = self.opts.app_label, self.opts.model_name
+        wrap = self.admin_site.admin_view
+        return [
+            path("", wrap(self.changelist_view), name="{}_{}_changelist".format(*info)),
+            path("detail/", wrap(self.detail_view), name="{}_{}_detail".format(*info)),
+            path(
+                "force-release/",
+                wrap(self.force_release_view),
+                name="{}_{}_force_release".format(*info),
+            ),
+        ]
+
+    def _url(self, view: str, **params: Any) -> str:
+        url = reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_{view}")
+        return f"{url}?{urlencode(params, doseq=True)}" if params else url
+
+    def detail_url(self, name: str) -> str:
+        """The detail page of the lock ``name``."""
+        return self._url("detail", name=name)
+
+    def _context(self, request: HttpRequest, title: str, **extra: Any) -> dict[str, Any]:
+        return {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            "title": title,
+            "changelist_url": self._url("changelist"),
+            "has_force_release_permission": self.has_force_release_permission(request),
+            **extra,
+        }
+
+    # -- changelist ---------------------------------------------------------------------
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The held locks: search (``?q=``, a literal substring of the name), ordering
+        (``?o=``) and pages of 100 (``?p=``), from a few Redis round trips whatever the
+        number of locks."""
+        self._check_view(request)
+        query = request.GET.get("q", "")
+        ordering = request.GET.get("o", "name")
+        if ordering not in _ORDERINGS:
+            ordering = "name"
+        queryset = HeldLock.objects.all()
+        if query:
+            queryset = queryset.filter(name__contains=query)
+        paginator = Paginator(queryset.order_by(ordering), HELD_LOCKS_PER_PAGE)
+        page = paginator.get_page(request.GET.get("p"))
+        now = time.time()
+        detail = self._url("detail")
+        rows = [
+            _Row(held, now, f"{detail}?{urlencode({'name': held.name})}")
+            for held in page.object_list
+        ]
+
+        def link(**changes: Any) -> str:
+            params = {"q": query, "o": ordering, **changes}
+            if params["o"] == "name":
+                del params["o"]  # the default
+            return "?" + urlencode({k: v for k, v in params.items() if v not in ("", None)})
+
+        columns = []
+        for field, label in _SORTABLE_COLUMNS:
+            # "held for" grows as acquired_at shrinks: its ascending order is -acquired_at.
+            ascending = "-acquired_at" if field == "acquired_at" else field
+            descending = field if ascending.startswith("-") else f"-{field}"
+            if ordering == ascending:
+                state = "ascending"
+            elif ordering == descending:
+                state = "descending"
+            else:
+                state = ""
+            next_ordering = descending if ordering == ascending else ascending
+            columns.append({"label": label, "url": link(o=next_ordering, p=None), "sorted": state})
+        pages = [
+            {"number": number, "url": link(p=number), "current": number == page.number}
+            for number in paginator.get_elided_page_range(page.number)
+            if isinstance(number, int)
+        ]
+        context = self._context(
+            request,
+            _("Held locks"),
+            rows=rows,
+            page=page,
+            paginator=paginator,
+            pages=pages,
+            query=query,
+            ordering=ordering,
+            columns=columns,
+            force_release_url=self._url("force_release"),
+            select_label=_("Select this lock"),
+            **(extra_context or {}),
+        )
+        return TemplateResponse(request, "admin/django_distlock/heldlock/change_list.html", context)
+
+    # -- detail -------------------------------------------------------------------------
+
+    def detail_view(self, request: HttpRequest) -> HttpResponse:
+        """One lock's metadata and its recent events; 404 when it is not held."""
+        self._check_view(request)
+        name = request.GET.get("name", "")
+        held = HeldLock.objects.filter(name=name).first() if name else None
+        can_see_events = request.user.has_perm("django_distlock.view_lockevent")
+        events: Iterable[LockEvent] = []
+        events_url = None
+        if name and can_see_events:
+            events = LockEvent.objects.filter(name=name).select_related("user")[:RECENT_EVENTS]
+            try:
+                events_url = (
+                    reverse("admin:django_distlock_lockevent_changelist")
+                    + "?"
+                    + urlencode({"name": name})
+                )
+            except NoReverseMatch:
+                events_url = None
+        row = _Row(held, time.time()) if held is not None else None
+        context = self._context(
+            request,
+            _("Held lock “%(name)s”") % {"name": name} if held else _("Lock not held"),
+            name=name,
+            row=row,
+            held=held,
+            events=events,
+            can_see_events=can_see_events,
+            events_url=events_url,
+            force_release_url=(
+                self._url("force_release", lock=row.selection) if row is not None else None
+            ),
+        )
+        return TemplateResponse(
+            request,
+            "admin/django_distlock/heldlock/detail.html",
+            context,
+            status=200 if held is not None else 404,
+        )
+
+    # -- force release ------------------------------------------------------------------
+
+    def force_release_view(self, request: HttpRequest) -> HttpResponse:
+        """The selected locks (``lock=token:fence:name``, repeated) are confirmed on GET
+        (the detail page's button) or on a POST without ``confirm`` (the changelist's
+        selection, too long for a URL). The POST of the confirmation page (CSRF-checked,
+        ``confirm=yes``) releases each one *if it still has the token shown* (a
+        compare-and-delete), logs it, reports with ``messages`` and redirects."""
+        return require_http_methods(["GET", "POST"])(self._force_release)(request)
+
+    def _force_release(self, request: HttpRequest) -> HttpResponse:
+        self._check_view(request)
+        if not self.has_force_release_permission(request):
+            raise PermissionDenied
+        data = request.POST if request.method == "POST" else request.GET
+        selected = [
+            parsed for parsed in map(_parse_selection, data.getlist("lock")) if parsed is not None
+        ]
+        if not selected:
+            self.message_user(request, _("No lock was selected."), messages.WARNING)
+            return HttpResponseRedirect(self._url("changelist"))
+        current = {
+            held.name: held
+            for held in HeldLock.objects.filter(name__in=[name for _t, _f, name in selected])
+        }
+        if request.method == "POST" and request.POST.get("confirm") == "yes":
+            for token, fence, name in selected:
+                self._release_one(request, token, fence, name, current.get(name))
+            return HttpResponseRedirect(self._url("changelist"))
+        now = time.time()
+        items = []
+        for token, fence, name in selected:
+            held = current.get(name)
+            items.append(
+                {
+                    "name": name,
+                    "token": token,
+                    "fence": fence,
+                    "selection": f"{token}:{fence}:{name}",
+                    "row": _Row(held, now) if held is not None and held.token == token else None,
+                    "gone": held is None,
+                    "changed_hands": held is not None and held.token != token,
+                }
+            )
+        context = self._context(
+            request,
+            _("Force release held locks"),
+            items=items,
+            force_release_url=self._url("force_release"),
+        )
+        return TemplateResponse(
+            request, "admin/django_distlock/heldlock/force_release_confirmation.html", context
+        )
+
+    def _release_one(
+        self,
+        request: HttpRequest,
+        token: str,
+        fence: int | None,
+        name: str,
+        current: HeldLock | None,
+    ) -> None:
+        # Always released by the token the operator saw: the lock read now lends its
+        # metadata to the event only when it is still that same acquisition.
+        if current is not None and current.token == token:
+            held = current
+        else:
+            held = HeldLock(name=name, token=token, fence=fence)
+        try:
+            released = held.release(force=True, by=request.user)
+        except (TypeError, ValueError) as exc:
+            self.message_user(
+                request,
+                _("Lock “%(name)s” was not released: %(error)s") % {"name": name, "error": exc},
+                messages.ERROR,
+            )
+            return
+        if released:
+            LogEntry.objects.log_actions(
+                user_id=request.user.pk,
+                queryset=[held],
+                action_flag=DELETION,
+                change_message=_("Force-released lock “%(name)s” (fence %(fence)s).")
+                % {"name": name, "fence": fence},
+                single_object=True,
+            )
+            self.message_user(
+                request,
+                _("Force-released lock “%(name)s” (fence %(fence)s).")
+                % {"name": name, "fence": fence},
+                messages.SUCCESS,
+            )
+        else:
+            self.message_user(
+                request,
+                _(
+                    "Lock “%(name)s” (fence %(fence)s) was not released: it changed hands "
+                    "or expired since you saw it, and was left untouched."
+                )
+                % {"name": name, "fence": fence},
+                messages.ERROR,
+            )
+
+
+# -- Lock events ------------------------------------------------------------------------
+
+#: At most this many recent values feed the wait/hold percentiles.
+PERCENTILE_SAMPLE = 10_000
+PERCENTILES = (50, 90, 99)
+
+
+def _bucket_number(starts: list[Any], granularity: str) -> Case:
+    """An expression numbering the bucket each event's ``at`` falls in (``starts`` are
+    the buckets' time-zone aware starts). A ``CASE`` over the edges rather than
+    ``Trunc``, which SQLite evaluates with a Python function row by row."""
+    edges = [*starts[1:], chart.next_bucket(starts[-1], granularity)]
+    return Case(
+        *(When(at__lt=edge, then=Value(index)) for index, edge in enumerate(edges)),
+        default=Value(len(edges) - 1),
+        output_field=IntegerField(),
+    )
+
+
+class LockEventAdminQuerySet(QuerySet):  # type: ignore[type-arg]
+    """The changelist's queryset: ``datetimes("at", ...)``, which the date hierarchy
+    asks for, is answered from the same bucket numbering as the chart (one scan, no
+    per-row function), so it stays fast on every backend."""
+
+    #: Above this many candidate buckets, fall back to Django's own query.
+    MAX_HIERARCHY_BUCKETS = 400
+
+    def datetimes(self, field_name: str, kind: str, order: str = "ASC", tzinfo: Any = None) -> Any:
+        """The distinct ``kind`` ("year", "month", "day") starts that have events."""
+        if field_name != "at" or kind not in ("year", "month", "day") or self.query.is_sliced:
+            return super().datetimes(field_name, kind, order, tzinfo)
+        span = self.order_by().aggregate(start=Min("at"), end=Max("at"))
+        if span["start"] is None:
+            return []
+        zone = tzinfo or timezone.get_current_timezone()
+        starts = chart.bucket_starts(
+            timezone.localtime(span["start"], zone),
+            timezone.localtime(span["end"], zone),
+            kind,
+            limit=self.MAX_HIERARCHY_BUCKETS,
+        )
+        if len(starts) > self.MAX_HIERARCHY_BUCKETS:
+            return super().datetimes(field_name, kind, order, tzinfo)
+        numbers = (
+            self.order_by()
+            .annotate(bucket=_bucket_number(starts, kind))
+            .values_list("bucket", flat=True)
+            .distinct()
+        )
+        found = sorted(starts[number] for number in numbers)
+        return found[::-1] if order == "DESC" else found
+
+
+class LockNameFilter(admin.SimpleListFilter):
+    """``?name=<lock name>``: the events of exactly that lock (the held-lock detail page
+    links here). Any value is accepted; it is shown in the sidebar only while set."""
+
+    title = gettext_lazy("lock name")
+    parameter_name = "name"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        """Only the current value, so the sidebar shows it and offers "All"."""
+        value = self.value()
+        return [(value, value)] if value else []
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet | None:
+        """Exact match on the name (no pattern characters are special)."""
+        value = self.value()
+        return queryset.filter(name=value) if value else queryset
+
+
+@admin.register(LockEvent)
+class LockEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+    """Read-only history of lock events, with a chart of the current filter above the
+    list: events per time bucket by kind (inline SVG) and wait/hold time percentiles."""
+
+    list_display = (
+        "at",
+        "kind",
+        "name",
+        "fence",
+        "owner",
+        "context",
+        "user",
+        "waited",
+        "held",
+    )
+    list_display_links = ("at",)
+    list_filter = ("kind", ("at", admin.DateFieldListFilter), "context", LockNameFilter)
+    search_fields = ("name", "host")
+    date_hierarchy = "at"
+    list_select_related = ("user",)
+    ordering = ("-at", "-id")
+    list_per_page = 100
+    actions = None
+    fields = (
+        "at",
+        "kind",
+        "name",
+        "fence",
+        "host",
+        "pid",
+        "thread",
+        "context",
+        "user",
+        "waited_ms",
+        "held_ms",
+        "reason",
+    )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        """Events, as a ``LockEventAdminQuerySet`` (a fast date hierarchy)."""
+        queryset = super().get_queryset(request)
+        return LockEventAdminQuerySet(model=queryset.model, query=queryset.query, using=queryset.db)
+
+    @admin.display(description=gettext_lazy("owner"), ordering="host")
+    def owner(self, obj: LockEvent) -> str:
+        """``host:pid/thread`` of the process the event is about."""
+        text = obj.host or "-"
+        if obj.pid is not None:
+            text += f":{obj.pid}"
+        if obj.thread:
+            text += f"/{obj.thread}"
+        return text
+
+    @admin.display(description=gettext_lazy("waited (ms)"), ordering="waited_ms")
+    def waited(self, obj: LockEvent) -> str:
+        """Time spent waiting for the lock, in milliseconds."""
+        return _milliseconds(obj.waited_ms)
+
+    @admin.display(description=gettext_lazy("held (ms)"), ordering="held_ms")
+    def held(self, obj: LockEvent) -> str:
+        """Time the lock was held, in milliseconds."""
+        return _milliseconds(obj.held_ms)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        """Events are written by the lock machinery, never by hand."""
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: LockEvent | None = None) -> bool:
+        """History is read-only."""
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: LockEvent | None = None) -> bool:
+        """History is read-only (retention prunes it)."""
+        return False
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        """The changelist, with the chart and percentiles of its filtered queryset."""
+        response = super().changelist_view(request, extra_context)
+        context_data = getattr(response, "context_data", None)
+        if context_data is not None and "cl" in context_data:
+            context_data.update(event_chart_context(context_data["cl"].queryset))
+        return response
+
+
+def _milliseconds(value: float | None) -> str:
+    """``1234.5`` -> ``"1,234.5"``; ``None`` -> ``"-"``."""
+    return "-" if value is None else f"{value:,.1f}"
+
+
+def event_chart_context(queryset: QuerySet) -> dict[str, Any]:
+    """Template context for the chart over ``queryset`` (a filtered ``LockEvent``
+    queryset): the SVG and the wait/hold percentiles. Bucket counts are aggregated in
+    the database; percentiles read at most ``PERCENTILE_SAMPLE`` most recent values."""
+    base = queryset.order_by()
+    span = base.aggregate(start=Min("at"), end=Max("at"))
+    current = timezone.get_current_timezone()
+    start = timezone.localtime(span["start"], current) if span["start"] else None
+    end = timezone.localtime(span["end"], current) if span["end"] else None
+    granularity = chart.choose_granularity(start, end)
+    rows: list[tuple[Any, str, int]] = []
+    if start is not None and end is not None:
+        # One scan, grouped by (bucket number, kind).
+        starts = chart.bucket_starts(start, end, granularity)
+        bucket = _bucket_number(starts, granularity)
+        rows = [
+            (starts[index], kind, count)
+            for index, kind, count in base.annotate(bucket=bucket)
+            .values("bucket", "kind")
+            .annotate(count=Count("id"))
+            .order_by("bucket", "kind")
+            .values_list("bucket", "kind", "count")
+        ]
+    data = chart.build_chart(
+        rows, granularity, start, end, kind_labels=dict(LockEvent.Kind.choices)
+    )
+    stats = []
+    for field_name, label in (
+        ("waited_ms", gettext_lazy("waited (ms)")),
+        ("held_ms", gettext_lazy("held (ms)")),
+    ):
+        sample = list(
+            queryset.exclude(**{field_name: None})
+            .order_by("-at", "-id")
+            .values_list(field_name, flat=True)[:PERCENTILE_SAMPLE]
+        )
+        values = chart.percentiles(sample, PERCENTILES)
+        stats.append(
+            {
+                "label": label,
+                "count": len(sample),
+                "values": [_milliseconds(values[p]) for p in PERCENTILES],
+            }
+        )
+    return {
+        "event_chart": data,
+        "event_chart_svg": mark_safe(chart.render_svg(data)),  # noqa: S308 (all text escaped)
+        "event_percentiles": stats,
+        "event_percentile_headers": [f"p{p}" for p in PERCENTILES],
+        "event_percentile_sample": PERCENTILE_SAMPLE,
+    }
