@@ -70,7 +70,9 @@ def main() -> None:
         print(
             f"\ndjango-distlock demo (Redis at {os.environ['REDIS_URL']})\n"
             f"  guarded page:  {site}/\n"
-            f"  admin:         {site}/admin/   user: admin   password: {password}\n",
+            f"  admin:         {site}/admin/   user: admin   password: {password}\n"
+            f"  commands:      REDIS_URL={os.environ['REDIS_URL']} .venv/bin/python manage.py "
+            "close_books | hold_locks | distlock list\n",
             flush=True,
         )
         manage("runserver", "--noreload", f"127.0.0.1:{port}")

@@ -18,6 +18,7 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_distlock",
+    "testproject.invoices",
 ]
 
 MIDDLEWARE = [
@@ -52,7 +53,8 @@ WSGI_APPLICATION = "testproject.wsgi.application"
 DATABASES = {
     "default": {
         "ENGINE": "django.db.backends.sqlite3",
-        "NAME": BASE_DIR / "db.sqlite3",
+        # DEMO_DB: another SQLite file (the tests use a temporary one).
+        "NAME": os.environ.get("DEMO_DB") or BASE_DIR / "db.sqlite3",
     },
 }
 

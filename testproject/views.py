@@ -28,7 +28,16 @@ def _held_locks() -> list[dict[str, object]]:
 
 def index(request: HttpRequest) -> HttpResponse:
     """The demo's home page: held locks and links that take one."""
-    return render(request, "demo/index.html", {"held": _held_locks(), "seconds": HOLD_SECONDS})
+    from .invoices.models import Invoice
+    from .invoices.views import PAY_SECONDS
+
+    context = {
+        "held": _held_locks(),
+        "seconds": HOLD_SECONDS,
+        "invoices": Invoice.objects.all(),
+        "pay_seconds": PAY_SECONDS,
+    }
+    return render(request, "demo/index.html", context)
 
 
 def hold(request: HttpRequest, name: str) -> HttpResponse:

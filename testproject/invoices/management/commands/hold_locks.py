@@ -1,0 +1,84 @@
+"""``manage.py hold_locks``: worker processes that hold locks, for the admin's live page."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import time
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+
+def _worker(number: int, seconds: float) -> None:
+    """Hold ``report:<n>`` and ``cart:<n>`` (different leases, renewed) until ``seconds``
+    have passed, dropping and retaking a cart lock now and then."""
+    import django
+
+    django.setup()
+    from django_distlock import distlock
+
+    pid = os.getpid()
+    rng = random.Random(number)
+    deadline = time.monotonic() + seconds
+    report = distlock(
+        f"report:{number}", timeout=30 + 10 * number, context=f"hold_locks worker {number}"
+    )
+    if not report.acquire():
+        print(f"worker {number} (pid {pid}): report:{number} is busy", flush=True)
+        return
+    try:
+        print(f"worker {number} (pid {pid}) holds report:{number}", flush=True)
+        while time.monotonic() < deadline:
+            cart = f"cart:{number * 10 + rng.randint(0, 2)}"
+            hold = min(rng.uniform(2, 6), max(deadline - time.monotonic(), 0))
+            try:
+                with distlock(
+                    cart,
+                    timeout=rng.choice([5, 10, 20]),
+                    blocking_timeout=1,
+                    context=f"hold_locks worker {number}",
+                ) as lock:
+                    print(
+                        f"worker {number} (pid {pid}) holds {cart} (fence {lock.fence}) "
+                        f"for {hold:.1f}s",
+                        flush=True,
+                    )
+                    time.sleep(hold)
+            except Exception as exc:  # noqa: BLE001 (a demo: report and go on)
+                print(f"worker {number}: {cart}: {exc}", flush=True)
+                time.sleep(0.5)
+    finally:
+        report.release()
+        print(f"worker {number} (pid {pid}) released report:{number}", flush=True)
+
+
+class Command(BaseCommand):
+    help = "Start worker processes that hold report:<n> and cart:<n> locks for a while."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--workers", type=int, default=3)
+        parser.add_argument("--seconds", type=float, default=60)
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        workers, seconds = options["workers"], options["seconds"]
+        self.stdout.write(
+            f"{workers} workers holding locks for {seconds:g}s; watch "
+            "/admin/django_distlock/heldlock/ (Ctrl-C stops them)"
+        )
+        context = multiprocessing.get_context("spawn")
+        processes = [
+            context.Process(target=_worker, args=(n, seconds), daemon=True)
+            for n in range(1, workers + 1)
+        ]
+        for process in processes:
+            process.start()
+        try:
+            for process in processes:
+                process.join()
+        except KeyboardInterrupt:
+            for process in processes:
+                process.terminate()
+                process.join()
+        self.stdout.write("all workers done")
