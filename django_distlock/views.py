@@ -315,6 +315,7 @@ class _Guard:
         # Leaving behaves exactly like leaving ``with lock``: a lost lock raises LockLost.
         with contextlib.ExitStack() as stack:
             stack.push(lock)
+            request.distlock = lock  # type: ignore[attr-defined]
             return view(request, *args, **kwargs)
 
     async def arun(
@@ -337,6 +338,7 @@ class _Guard:
             return await response if inspect.isawaitable(response) else response
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_exit(lock)
+            request.distlock = lock  # type: ignore[attr-defined]
             return await view(request, *args, **kwargs)
 
 
@@ -381,6 +383,9 @@ def lock_view(
     ``timeout``, ``auto_renew`` and ``fair`` are passed to :func:`distlock`; the lock's
     context label is the view's dotted path. A lock lost while the view ran raises
     ``LockLost`` when the view returns, as leaving ``with distlock(...)`` does.
+
+    While the view runs, ``request.distlock`` is the held lock, so the view can fence
+    its writes: ``Invoice.objects.filter(pk=pk).fenced_update(request.distlock, ...)``.
     """
     _Guard(  # reject bad options at import time, not on the first request
         name,

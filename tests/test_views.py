@@ -550,3 +550,13 @@ async def test_method_decorator_on_one_handler_locks_only_that_method(
     async with distlock("post-only"):
         assert (await call("get")).status_code == 200
         assert (await call("post")).status_code == 423
+
+
+@pytest.mark.parametrize("path", ["/reports-lock/42/", "/areports-lock/42/"])
+async def test_the_view_sees_its_held_lock_as_request_distlock(async_client, redis_client, path):
+    response = await async_client.get(path)
+    assert response.status_code == 200
+    body = response.json()
+    assert body["name"] == "invoice:42"
+    assert body["owned"] is True
+    assert body["fence"] == int(redis_client.get("distlock:{invoice:42}:fence"))

@@ -209,6 +209,18 @@ class UnavailableMixinView(PayMixinView):
         return HttpResponse(f"mixin maintenance for {name}", status=418)
 
 
+@lock_view("invoice:{invoice_id}")
+def reports_its_lock(request: HttpRequest, invoice_id: int) -> JsonResponse:
+    lock = request.distlock  # type: ignore[attr-defined]
+    return JsonResponse({"name": lock.name, "fence": lock.fence, "owned": lock.owned()})
+
+
+@lock_view("invoice:{invoice_id}")
+async def areports_its_lock(request: HttpRequest, invoice_id: int) -> JsonResponse:
+    lock = request.distlock  # type: ignore[attr-defined]
+    return JsonResponse({"name": lock.name, "fence": lock.fence, "owned": await lock.aowned()})
+
+
 class ViewFailed(Exception):
     """Raised by the failing views, so the tests can tell it from anything else."""
 
@@ -282,6 +294,8 @@ urlpatterns = [
     path("afail-open/<int:invoice_id>/", afail_open),
     path("fail-closed/<int:invoice_id>/", fail_closed),
     path("unavailable-hook/<int:invoice_id>/", unavailable_hook),
+    path("reports-lock/<int:invoice_id>/", reports_its_lock),
+    path("areports-lock/<int:invoice_id>/", areports_its_lock),
     path("aunavailable-hook/<int:invoice_id>/", aunavailable_hook),
     path("mixin-unavailable/<int:invoice_id>/", UnavailableMixinView.as_view()),
     path("failing/<int:invoice_id>/", failing),
