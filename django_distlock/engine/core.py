@@ -267,11 +267,9 @@ def acquire_steps(
             if reply[0] == 1:
                 acquired = Acquired(int(reply[1]), int(reply[2]), sent_at)
                 may_hold = True
-                if waiting:
-                    yield CancelWait()
-                    waiting = False
-                # The acquire script took us off the queue, and a wake-up we consumed
-                # was used: nothing to hand on.
+                # No wait is outstanding here (a re-check after the timer ends it in the
+                # same step), the acquire script took us off the queue, and a wake-up we
+                # consumed was used: nothing to clean up or hand on.
                 consumed = enqueued = False
                 return acquired
             wait_ms = int(reply[1])

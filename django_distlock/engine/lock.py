@@ -27,7 +27,7 @@ from .core import (
     owner_metadata,
 )
 from .exceptions import LockError, LockLost, LockNotAcquired, LockNotOwned
-from .io import AsyncDriver, SyncDriver, completed
+from .io import BACKEND_ERRORS, AsyncDriver, SyncDriver, completed, unavailable
 from .keys import LockKeys, validate_name, validate_seconds
 from .scripts import EXTEND, RELEASE, TTL
 from .watchdog import loop_watchdog, thread_watchdog
@@ -429,8 +429,8 @@ class Lock:
         key = self._keys_for(backend.prefix).lock
         try:
             return bool(backend.client.exists(key))
-        except Exception as exc:
-            raise self._unavailable(exc) from exc
+        except BACKEND_ERRORS as exc:
+            raise unavailable(self.name, exc) from exc
 
     async def alocked(self) -> bool:
         """Async twin of :meth:`locked`."""
@@ -438,8 +438,8 @@ class Lock:
         key = self._keys_for(backend.prefix).lock
         try:
             return bool(await backend.async_client().exists(key))
-        except Exception as exc:
-            raise self._unavailable(exc) from exc
+        except BACKEND_ERRORS as exc:
+            raise unavailable(self.name, exc) from exc
 
     def _ttl_call(self, hold: Hold) -> Call:
         return Call(TTL, (hold.keys.lock,), (hold.token,))
@@ -452,11 +452,6 @@ class Lock:
             self._report_lost(hold)
             return None
         return None if pttl < 0 else pttl / 1000
-
-    def _unavailable(self, exc: Exception) -> Exception:
-        from .io import BACKEND_ERRORS, unavailable
-
-        return unavailable(self.name, exc) if isinstance(exc, BACKEND_ERRORS) else exc
 
     # -- context managers -------------------------------------------------------------
 
