@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import redis
 
-from tests.redis_servers import RedisServer
+from tests.redis_servers import RedisServer, _free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -201,3 +206,77 @@ def test_hold_locks(demo: Callable[..., subprocess.CompletedProcess[str]]) -> No
     assert "released report:1" in stdout
     assert "all workers done" in stdout
     assert time.monotonic() - started < 30
+
+
+def _login(site: str, password: str) -> urllib.request.OpenerDirector:
+    """Log in to the demo's admin through its form, as a person would."""
+    opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
+    page = opener.open(f"{site}/admin/login/", timeout=10).read().decode()
+    token = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+    assert token, page
+    form = {"username": "admin", "password": password, "csrfmiddlewaretoken": token[1]}
+    form["next"] = "/admin/"
+    request = urllib.request.Request(
+        f"{site}/admin/login/",
+        data=urllib.parse.urlencode(form).encode(),
+        headers={"Referer": f"{site}/admin/login/"},
+    )
+    assert "Site administration" in opener.open(request, timeout=10).read().decode()
+    return opener
+
+
+def test_demo_script_sets_up_and_serves_the_site(tmp_path: Path) -> None:
+    """The README's first command, ``python3 testproject/demo.py``, without ``REDIS_URL``:
+    its own Redis, a generated admin password, the site served, everything stopped on
+    Ctrl-C. (Run with the suite's ``.venv``, so it skips creating one.)"""
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DJANGO_SETTINGS_MODULE")}
+    env.update(PORT=str(port), DEMO_DB=str(tmp_path / "demo.sqlite3"), PYTHONUNBUFFERED="1")
+    demo = subprocess.Popen(
+        [sys.executable, "testproject/demo.py"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    site = f"http://127.0.0.1:{port}"
+    banner: list[str] = []
+    try:
+        assert demo.stdout is not None
+        while not any("admin:" in line for line in banner):
+            line = demo.stdout.readline()
+            assert line, "".join(banner)
+            banner.append(line)
+        text = "".join(banner)
+        redis_url = re.search(r"Redis at (redis://127\.0\.0\.1:\d+)", text)
+        password = re.search(r"password: (\S+)", text)
+        assert redis_url, text
+        assert password, text
+        assert f"{site}/admin/" in text
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                index = urllib.request.urlopen(f"{site}/", timeout=5).read().decode()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the demo never answered"
+                time.sleep(0.2)
+        assert "INV-001" in index
+        admin = _login(site, password[1])
+        held = admin.open(f"{site}/admin/django_distlock/heldlock/", timeout=10).read().decode()
+        assert "Held locks" in held
+        assert redis.Redis.from_url(redis_url[1]).ping()
+    finally:
+        os.killpg(demo.pid, signal.SIGINT)  # Ctrl-C
+        try:
+            demo.wait(timeout=30)
+        finally:
+            if demo.poll() is None:
+                os.killpg(demo.pid, signal.SIGKILL)
+                demo.wait()
+            if demo.stdout is not None:
+                demo.stdout.close()
+    with pytest.raises(redis.ConnectionError):
+        redis.Redis.from_url(redis_url[1], socket_connect_timeout=1).ping()

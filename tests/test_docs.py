@@ -1,0 +1,188 @@
+"""Every code example of README.md and docs/*.md runs here (see tests/docs_examples.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.contrib.messages.storage.fallback import FallbackStorage
+from django.contrib.sessions.backends.cache import SessionStore
+from django.test import RequestFactory, override_settings
+
+import django_distlock
+import django_distlock.engine
+import django_distlock.models
+import django_distlock.signals
+from django_distlock import LockError, distlock
+from django_distlock.signals import __all__ as signal_names
+from tests import docs_examples
+from tests.docs_examples import ROOT, markdown_files, parse, run_markdown
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class Recorder:
+    """A stand-in for the reader's own code: remembers how it was called."""
+
+    def __init__(self, name: str, result: Any = None) -> None:
+        self.name = name
+        self.result = result
+        self.calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self.calls.append((args, kwargs))
+        return self.result
+
+    def __repr__(self) -> str:
+        return f"<{self.name}: {len(self.calls)} calls>"
+
+
+class AsyncRecorder(Recorder):
+    """An ``async def`` stand-in."""
+
+    async def __call__(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        return super().__call__(*args, **kwargs)
+
+
+@pytest.fixture
+def reader_project(
+    redis_client: Any, redis_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[dict[str, Any]]:
+    """What the examples take as the reader's own code and state, plus ``hold()``.
+
+    ``hold(name, **options)`` takes a lock as "someone else" would (another lock object,
+    no renewal), for examples that show a busy lock or list held ones. ``REDIS_URL`` is
+    the suite's server, for examples that build their own client.
+    """
+    monkeypatch.setenv("REDIS_URL", redis_server.url)
+    held: list[Any] = []
+
+    def hold(name: str, timeout: float = 60, auto_renew: bool = False, **options: Any) -> Any:
+        lock = distlock(name, timeout=timeout, auto_renew=auto_renew, **options)
+        assert lock.acquire(blocking=False), f"{name} is already held"
+        held.append(lock)
+        return lock
+
+    user = get_user_model().objects.create_superuser("operator", "op@example.com", "pw")
+    request = RequestFactory().get("/", {"page": "1"})
+    request.user = user
+    request.session = SessionStore()
+    request._messages = FallbackStorage(request)  # type: ignore[attr-defined]
+    namespace: dict[str, Any] = {
+        "__name__": "docs_example",
+        "hold": hold,
+        "request": request,
+        "invoice": SimpleNamespace(pk=42, number="INV-42"),
+        "tenant": SimpleNamespace(pk=7),
+        "charge": Recorder("charge"),
+        "acharge": AsyncRecorder("acharge"),
+        "pay": Recorder("pay"),
+        "sync_catalog": Recorder("sync_catalog"),
+        "payment_gateway": SimpleNamespace(charge=Recorder("gateway", SimpleNamespace(ok=True))),
+        "statsd": SimpleNamespace(incr=Recorder("statsd.incr")),
+    }
+    signals = {name: getattr(django_distlock.signals, name) for name in signal_names}
+    receivers = {name: list(signal.receivers) for name, signal in signals.items()}
+    with override_settings(DISTLOCK={"EVENTS": "sync"}):
+        yield namespace
+    for name, signal in signals.items():
+        signal.receivers = receivers[name]
+        signal.sender_receivers_cache.clear()
+    for lock in held:
+        with contextlib.suppress(LockError):  # an example force-released it, or it expired
+            lock.release()
+
+
+def _relative(path: Path) -> str:
+    return path.relative_to(ROOT).as_posix()
+
+
+@pytest.mark.parametrize("path", markdown_files(), ids=_relative)
+def test_examples_run(path: Path, reader_project: dict[str, Any], tmp_path: Path) -> None:
+    ran = run_markdown(path, reader_project, tmp_path)
+    assert ran > 0
+
+
+def test_every_public_name_has_an_example() -> None:
+    public = {
+        *django_distlock.__all__,
+        *django_distlock.models.__all__,
+        *signal_names,
+        "Backend",
+        "Lock",
+        "Event",
+        "locked_response",
+        "unavailable_response",
+        "flush_events",
+        "prune_events",
+        "get_config",
+        "observer_for",
+    }
+    missing = public - docs_examples.documented_names()
+    assert not missing, f"no example in README.md or docs/ uses {sorted(missing)}"
+
+
+def test_no_unknown_block_kinds_and_no_empty_files() -> None:
+    for path in markdown_files():
+        blocks = parse(path)
+        assert blocks, f"{path} has no examples"
+        for block in blocks:
+            assert block.text.strip(), f"{block.origin} is empty"
+
+
+def test_undefined_names_are_caught() -> None:
+    source = inspect.cleandoc(
+        """
+        import os
+
+        def f(x):
+            return os.sep + x + helper(x)
+
+        class C:
+            field = Missing
+        """
+    )
+    assert docs_examples.undefined_globals(source, {"os": None}) == ["Missing", "helper"]
+    assert docs_examples.undefined_globals("await thing()", {}) == ["thing"]
+
+
+def test_signature_blocks_are_compared(reader_project: dict[str, Any]) -> None:
+    def sample(name: str, *, wait: float = 0, fair: bool = False) -> None: ...
+
+    namespace = {"sample": sample}
+    docs_examples.check_signature("sample(name, *, wait=0, fair=False)", namespace, "x")
+    with pytest.raises(AssertionError, match="documented"):
+        docs_examples.check_signature("sample(name, *, wait=1, fair=False)", namespace, "x")
+
+
+def test_command_output_is_compared(reader_project: dict[str, Any]) -> None:
+    reader_project["hold"]("docs:held", context="somewhere")
+    command = docs_examples.Command(
+        "python manage.py distlock show docs:held", ["context: elsewhere"]
+    )
+    with pytest.raises(AssertionError, match="elsewhere"):
+        docs_examples.run_command(command, "x")
+    command.output = ["context: somewhere", "fence: 1795344044155350"]
+    docs_examples.run_command(command, "x")
+    busy = docs_examples.Command("manage.py distlock show docs:free", ["CommandError: no lock 'x'"])
+    with pytest.raises(AssertionError, match="shown"):
+        docs_examples.run_command(busy, "x")
+
+
+def test_parse_reads_hidden_blocks_and_indented_fences(tmp_path: Path) -> None:
+    doc = tmp_path / "probe.md"
+    doc.write_text(
+        "text\n<!-- docs-test\nx = 1\n-->\n- item\n\n  ```python\n  y = x\n  ```\n",
+        encoding="utf-8",
+    )
+    blocks = parse(doc)
+    assert [(b.language, b.text, b.line) for b in blocks] == [
+        ("hidden", "x = 1\n", 2),
+        ("python", "y = x\n", 7),
+    ]
