@@ -102,6 +102,8 @@ class _Row:
         self.ttl_seconds = f"{max(held.ttl, 0.0):.3f}"
         self.ttl_display = f"{round(max(held.ttl, 0.0))} s"
         self.expires_at_ms = int((now + max(held.ttl, 0.0)) * 1000)
+        # The holder's watchdog renews at a third of the lease: the countdown shows that.
+        self.renew_every = f"{held.lease / 3:.3f}" if held.auto_renew else ""
         self.auto_renew_icon = _ICONS[held.auto_renew]
         self.auto_renew_label = _("yes") if held.auto_renew else _("no")
 

@@ -10,6 +10,7 @@ from typing import Any
 from django.urls import reverse
 from playwright.sync_api import Page, expect
 
+from django_distlock import distlock
 from tests.browser import (  # noqa: F401 (fixtures)
     ADMIN_USERNAME,
     admin_page_fixture,
@@ -213,3 +214,29 @@ def test_hostile_lock_name_is_shown_as_text_never_run(
     assert page.evaluate("window.__distlockXss") is None
     assert page.locator("img[src=x]").count() == 0
     assert dialogs == []
+
+
+def test_a_renewing_lock_counts_down_the_way_its_watchdog_renews(
+    admin_page: Page, live_server: Any, redis_client: Any
+) -> None:
+    """An auto-renewed lock's TTL follows its watchdog (a renewal at every third of the
+    lease) between page loads: with a 3 s lease it stays between 2 and 3 s and is never
+    shown as expiring, where a plain countdown would reach a red "0 s"."""
+    page = admin_page
+    with distlock("browser:renewing", timeout=3, auto_renew=True) as lock:
+        page.goto(heldlocks_url(live_server))
+        page.click("#toggle-refresh")  # paused: only the page's own countdown runs
+        try:
+            cell = page.locator("#heldlocks tbody tr", has_text="browser:renewing").locator(
+                "td.ttl"
+            )
+            shown = []
+            for _second in range(5):
+                page.wait_for_timeout(1000)
+                shown.append(int(cell.inner_text().removesuffix(" s")))
+                assert "expiring" not in (cell.get_attribute("class") or "")
+            assert min(shown) >= 2, shown
+            assert not lock.lost
+        finally:
+            page.click("#toggle-refresh")
+    expect(page.locator("#refresh-state")).to_have_text("Refreshing every 5 seconds.")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -186,3 +187,33 @@ def test_parse_reads_hidden_blocks_and_indented_fences(tmp_path: Path) -> None:
         ("hidden", "x = 1\n", 2),
         ("python", "y = x\n", 7),
     ]
+
+
+def _anchors(path: Path) -> set[str]:
+    """GitHub's heading anchors of a Markdown file."""
+    anchors = set()
+    in_code = False
+    for line in path.read_text(encoding="utf-8").splitlines():
+        in_code ^= line.lstrip().startswith("```")
+        if line.startswith("#") and not in_code:
+            title = line.lstrip("#").strip().lower()
+            anchors.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+    return anchors
+
+
+def test_links_between_docs_resolve() -> None:
+    """Every relative link of the README and docs names a file that exists, and a heading
+    of it when it has an ``#anchor``."""
+    checked = 0
+    for path in [*markdown_files(), ROOT / "CHANGELOG.md", ROOT / "bench" / "README.md"]:
+        text = path.read_text(encoding="utf-8")
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            file, _, anchor = target.partition("#")
+            resolved = (path.parent / file).resolve() if file else path
+            assert resolved.exists(), f"{path.name}: link to missing {target}"
+            if anchor:
+                assert anchor in _anchors(resolved), f"{path.name}: no heading #{anchor}"
+            checked += 1
+    assert checked > 10
