@@ -16,6 +16,11 @@ from .heldlocks import HeldLockManager
 __all__ = ["HeldLock", "LockEvent"]
 
 
+def owner_label(host: str, pid: int | None, thread: str) -> str:
+    """``host:pid thread``: a process and its thread or task, the same on every page."""
+    return f"{host or '-'}:{'-' if pid is None else pid} {thread or '-'}"
+
+
 class LockEvent(models.Model):
     """One event in the life of a lock, recorded by the event writer (``DISTLOCK
     ["EVENTS"]``)."""
@@ -63,6 +68,11 @@ class LockEvent(models.Model):
     def __str__(self) -> str:
         return f"{self.name} {self.kind} at {self.at:%Y-%m-%d %H:%M:%S}"
 
+    @property
+    def owner(self) -> str:
+        """``host:pid thread`` of the process the event is about."""
+        return owner_label(self.host, self.pid, self.thread)
+
 
 class HeldLock(models.Model):
     """A lock held right now. Instances come from Redis through ``HeldLock.objects``
@@ -99,6 +109,11 @@ class HeldLock(models.Model):
     def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
         """Held locks are given back with ``release(force=True)``, not deleted."""
         raise TypeError("use HeldLock.release(force=True, by=user) to break a held lock")
+
+    @property
+    def owner(self) -> str:
+        """``host:pid thread`` of the process that holds it."""
+        return owner_label(self.host, self.pid, self.thread)
 
     def release(self, force: bool = False, by: Any = None) -> bool:
         """Force-release this lock (``force=True`` is required): a compare-and-delete on

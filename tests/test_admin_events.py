@@ -13,6 +13,7 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from django_distlock import chart
 from django_distlock.engine.keys import MAX_NAME_LENGTH
@@ -456,7 +457,8 @@ class TestFiltersAndSearch:
         response = viewer.get(changelist_url())
         assert result_names(response) == ["second", "first"]
         content = response.content.decode()
-        assert "web-1:77/worker-3" in content
+        assert "web-1:77 worker-3" in content
+        assert f"{timezone.localtime(T0):%Y-%m-%d %H:%M:%S}" in content
         assert "1,234.5" in content
 
 

@@ -123,8 +123,12 @@ def test_changelist_lists_held_locks_with_their_owner(admin, hold):
     assert f'<td class="fence">{lock.fence}</td>' in html
     assert 'href="/admin/django_distlock/heldlock/detail/?name=invoice%3A42"' in html
     # TTL in seconds, with its expiry for the countdown script.
-    ttl = re.search(r'data-expires-at="(\d+)" data-ttl="([\d.]+)">(\d+) s</td>', html)
+    ttl = re.search(
+        r'data-expires-at="(\d+)" data-ttl="([\d.]+)" data-renew-every="">(\d+) s</td>', html
+    )
     assert ttl is not None
+    # The renewing lock tells the countdown its renewal period (a third of its lease).
+    assert 'data-renew-every="20.000">' in html
     assert 25 <= float(ttl.group(2)) <= 30
     assert abs(int(ttl.group(1)) / 1000 - (time.time() + float(ttl.group(2)))) < 5
     assert "icon-no.svg" in html
@@ -143,7 +147,7 @@ def test_changelist_owner_and_held_for(admin, hold):
     hold.enter_context(distlock("job", timeout=30))
     html = admin.get(CHANGELIST).content.decode()
     held = HeldLock.objects.get(name="job")
-    assert f"{held.host}, {held.pid}, {held.thread}" in html
+    assert f"{held.host}:{held.pid} {held.thread}" in html
     assert '<td class="held-for"' in html
     assert re.search(r'<td class="held-for" title="[^"]+">0s</td>', html)
 

@@ -463,7 +463,7 @@ class Command(BaseCommand):
         rows = [
             [
                 escape_for_terminal(held.name),
-                f"{escape_for_terminal(held.host)}:{held.pid} {escape_for_terminal(held.thread)}",
+                escape_for_terminal(held.owner),
                 escape_for_terminal(held.context),
                 str(held.fence),
                 format_duration(now - held.acquired_at.timestamp()),
