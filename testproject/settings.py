@@ -3,6 +3,8 @@
 import os
 from pathlib import Path
 
+from testproject import redis_url_file
+
 BASE_DIR = Path(__file__).resolve().parent
 
 # The fallback key is for local development only; set DJANGO_SECRET_KEY anywhere else.
@@ -58,10 +60,15 @@ DATABASES = {
     },
 }
 
+# REDIS_URL, else the private server of a running demo.py (which writes its URL to
+# testproject/.redis/url, so manage.py in another terminal needs no REDIS_URL), else the
+# default local Redis.
+REDIS_URL = os.environ.get("REDIS_URL") or redis_url_file.read() or "redis://127.0.0.1:6379/0"
+
 CACHES = {
     "default": {
         "BACKEND": "django_redis.cache.RedisCache",
-        "LOCATION": os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+        "LOCATION": REDIS_URL,
     },
 }
 

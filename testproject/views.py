@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 
 from django.http import HttpRequest, HttpResponse
@@ -11,8 +12,10 @@ from django.shortcuts import render
 from django_distlock import LockNotAcquired, distlock
 from django_distlock.connections import get_backend
 from django_distlock.engine.keys import index_key
+from django_distlock.views import locked_response
 
-HOLD_SECONDS = 5
+# How long /hold/<name>/ keeps its lock.
+HOLD_SECONDS = float(os.environ.get("DEMO_HOLD_SECONDS", "5"))
 
 
 def _held_locks() -> list[dict[str, object]]:
@@ -40,6 +43,16 @@ def index(request: HttpRequest) -> HttpResponse:
     return render(request, "demo/index.html", context)
 
 
+def _busy(request: HttpRequest, name: str, busy: LockNotAcquired) -> HttpResponse:
+    """An HTML 423 page with the same ``Retry-After`` as ``lock_view``'s default answer
+    (the holder's remaining lease, rounded up)."""
+    context = {"name": name, "retry_after": busy.retry_after}
+    response = render(request, "demo/busy.html", context, status=423)
+    lock_name = f"demo:{name}"
+    response["Retry-After"] = locked_response(request, lock_name, busy.retry_after)["Retry-After"]
+    return response
+
+
 def hold(request: HttpRequest, name: str) -> HttpResponse:
     """Hold lock ``demo:<name>`` for a few seconds; a second request meanwhile is refused."""
     try:
@@ -47,8 +60,7 @@ def hold(request: HttpRequest, name: str) -> HttpResponse:
             fence = lock.fence
             time.sleep(HOLD_SECONDS)
     except LockNotAcquired as busy:
-        context = {"name": name, "retry_after": busy.retry_after}
-        return render(request, "demo/busy.html", context, status=423)
+        return _busy(request, name, busy)
     return render(request, "demo/held.html", {"name": name, "fence": fence, "mode": "sync"})
 
 
@@ -61,6 +73,5 @@ async def ahold(request: HttpRequest, name: str) -> HttpResponse:
             fence = lock.fence
             await asyncio.sleep(HOLD_SECONDS)
     except LockNotAcquired as busy:
-        context = {"name": name, "retry_after": busy.retry_after}
-        return render(request, "demo/busy.html", context, status=423)
+        return _busy(request, name, busy)
     return render(request, "demo/held.html", {"name": name, "fence": fence, "mode": "async"})

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
@@ -22,6 +23,7 @@ from pathlib import Path
 import pytest
 import redis
 
+from testproject import redis_url_file
 from tests.redis_servers import RedisServer, _free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -65,6 +67,23 @@ print(json.dumps(out))
 """
 
 
+def manage_py(env: dict[str, str]) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``run(*args, check=True)``: the demo's ``manage.py *args`` in a child process."""
+
+    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "manage.py", *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=check,
+        )
+
+    return run
+
+
 @pytest.fixture
 def demo(
     tmp_path: Path, redis_server_factory: Callable[..., RedisServer]
@@ -78,17 +97,7 @@ def demo(
         "DEMO_PAY_SECONDS": "1.5",
     }
 
-    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "manage.py", *args],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=check,
-        )
-
+    run = manage_py(env)
     run.env = env  # type: ignore[attr-defined]
     run("migrate", "--no-input", "-v", "0")
     return run
@@ -208,6 +217,148 @@ def test_hold_locks(demo: Callable[..., subprocess.CompletedProcess[str]]) -> No
     assert time.monotonic() - started < 30
 
 
+HOLD_SCRIPT = r"""
+import json
+import django
+from django.test.utils import setup_test_environment
+
+django.setup()
+setup_test_environment()
+from django.test import Client
+from django_distlock import distlock
+
+out = {}
+lock = distlock("demo:probe", timeout=7)
+assert lock.acquire()
+for url in ("hold", "ahold"):
+    busy = Client().get(f"/{url}/probe/")
+    out[url] = {
+        "status": busy.status_code,
+        "retry_after": busy.get("Retry-After"),
+        "html": "423 Locked" in busy.content.decode(),
+    }
+lock.release()
+free = Client().get("/hold/probe/")
+out["free"] = {"status": free.status_code, "held": "Held" in free.content.decode()}
+print(json.dumps(out))
+"""
+
+
+def test_hold_views_answer_423_with_retry_after(
+    demo: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
+    """/hold/<name>/ and /ahold/<name>/ (a plain ``distlock`` in a view) answer a busy lock
+    like the guarded pay views: an HTML 423 page with ``Retry-After``."""
+    result = subprocess.run(
+        [sys.executable, "-c", HOLD_SCRIPT],
+        cwd=ROOT,
+        env={**demo.env, "DEMO_HOLD_SECONDS": "0.1"},  # type: ignore[attr-defined]
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    out = json.loads(result.stdout.strip().splitlines()[-1])
+    for url in ("hold", "ahold"):
+        busy = out[url]
+        assert busy["status"] == 423, busy
+        assert 5 <= int(busy["retry_after"]) <= 7, busy  # the holder's lease: timeout=7
+        assert busy["html"], busy
+    assert out["free"] == {"status": 200, "held": True}
+
+
+def _env_without_redis_url(url_file: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
+    env.update(DJANGO_SETTINGS_MODULE="testproject.settings", DEMO_REDIS_URL_FILE=str(url_file))
+    env.update(extra)
+    return env
+
+
+def _demo_redis_location(env: dict[str, str]) -> str:
+    """``CACHES["default"]["LOCATION"]`` as ``testproject.settings`` computes it in ``env``."""
+    code = "from django.conf import settings; print(settings.CACHES['default']['LOCATION'])"
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return result.stdout.strip()
+
+
+def test_manage_py_finds_the_demo_redis_through_the_url_file(
+    tmp_path: Path,
+    redis_server_factory: Callable[..., RedisServer],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``manage.py`` in another terminal, without ``REDIS_URL``, uses the server whose URL
+    ``demo.py`` wrote to ``testproject/.redis/url`` (here ``$DEMO_REDIS_URL_FILE``)."""
+    server = redis_server_factory()
+    url_file = tmp_path / "redis" / "url"
+    assert server.pid is not None
+    monkeypatch.setenv(redis_url_file.ENV_VAR, str(url_file))
+    redis_url_file.write(server.url, server.pid)  # as demo.py does
+    assert redis_url_file.read() == server.url
+    assert url_file.read_text() == f"{server.url}\n{server.pid}\n"
+    env = _env_without_redis_url(url_file, DEMO_DB=str(tmp_path / "demo.sqlite3"))
+    manage = manage_py(env)
+    manage("migrate", "--no-input", "-v", "0")
+    taken = (
+        "from django_distlock import distlock; print(distlock('demo:probe', timeout=60).acquire())"
+    )
+    assert manage("shell", "-c", taken).stdout.split()[-1] == "True"
+    assert "demo:probe" in manage("distlock", "list").stdout
+    assert any(server.client().scan_iter(match="*demo:probe*"))
+    redis_url_file.remove("redis://127.0.0.1:1/0")  # another demo's: left alone
+    assert url_file.exists()
+    redis_url_file.remove(server.url)
+    assert not url_file.exists()
+
+
+def test_settings_pick_the_redis_url(
+    tmp_path: Path, redis_server_factory: Callable[..., RedisServer]
+) -> None:
+    """``REDIS_URL``, else the URL file while its server runs, else the default."""
+    server = redis_server_factory()
+    url_file = tmp_path / "url"
+    default = "redis://127.0.0.1:6379/0"
+    assert _demo_redis_location(_env_without_redis_url(url_file)) == default
+    url_file.write_text(f"{server.url}\n{server.pid}\n")
+    assert _demo_redis_location(_env_without_redis_url(url_file)) == server.url
+    explicit = "redis://127.0.0.1:1/0"
+    env = _env_without_redis_url(url_file, REDIS_URL=explicit)
+    assert _demo_redis_location(env) == explicit
+    # A file left by a demo that was killed: its server is gone, so it is ignored.
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    url_file.write_text(f"{server.url}\n{gone.pid}\n")
+    assert _demo_redis_location(_env_without_redis_url(url_file)) == default
+
+
+def test_demo_script_skips_the_install_while_pyproject_is_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``demo.py`` reinstalls the project into ``.venv`` only when ``pyproject.toml``
+    changed since its last install (a stamp inside ``.venv`` holds its hash)."""
+    from testproject import demo
+
+    venv = tmp_path / "venv"
+    monkeypatch.setattr(demo, "VENV", venv)
+    monkeypatch.setattr(demo, "INSTALL_STAMP", venv / "stamp")
+    venv.mkdir()
+    assert not demo._installed()  # no stamp
+    (venv / "stamp").write_text(demo._pyproject_hash() + "\n")
+    assert not demo._installed()  # the project is not installed in it
+    site_packages = venv / "lib" / "python3.11" / "site-packages"
+    (site_packages / "django_distlock-0.1.0.dev0.dist-info").mkdir(parents=True)
+    assert demo._installed()
+    (venv / "stamp").write_text("0" * 64 + "\n")
+    assert not demo._installed()  # pyproject.toml changed since
+
+
 def _login(site: str, password: str) -> urllib.request.OpenerDirector:
     """Log in to the demo's admin through its form, as a person would."""
     opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())
@@ -225,13 +376,18 @@ def _login(site: str, password: str) -> urllib.request.OpenerDirector:
     return opener
 
 
-def test_demo_script_sets_up_and_serves_the_site(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stop", ["ctrl-c", "kill"])
+def test_demo_script_sets_up_and_serves_the_site(tmp_path: Path, stop: str) -> None:
     """The README's first command, ``python3 testproject/demo.py``, without ``REDIS_URL``:
-    its own Redis, a generated admin password, the site served, everything stopped on
-    Ctrl-C. (Run with the suite's ``.venv``, so it skips creating one.)"""
+    its own Redis, whose URL it leaves for ``manage.py`` in other terminals, a generated
+    admin password, the site served, everything stopped (and the URL file removed) on
+    Ctrl-C, or on a plain ``kill`` of demo.py alone. (Run with the suite's ``.venv``, so
+    it skips creating one.)"""
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DJANGO_SETTINGS_MODULE")}
-    env.update(PORT=str(port), DEMO_DB=str(tmp_path / "demo.sqlite3"), PYTHONUNBUFFERED="1")
+    url_file = tmp_path / "redis" / "url"
+    env = _env_without_redis_url(url_file, PORT=str(port), PYTHONUNBUFFERED="1")
+    del env["DJANGO_SETTINGS_MODULE"]
+    env["DEMO_DB"] = str(tmp_path / "demo.sqlite3")
     demo = subprocess.Popen(
         [sys.executable, "testproject/demo.py"],
         cwd=ROOT,
@@ -245,16 +401,33 @@ def test_demo_script_sets_up_and_serves_the_site(tmp_path: Path) -> None:
     banner: list[str] = []
     try:
         assert demo.stdout is not None
-        while not any("admin:" in line for line in banner):
+        while not any("manage.py distlock list" in line for line in banner):
             line = demo.stdout.readline()
             assert line, "".join(banner)
             banner.append(line)
         text = "".join(banner)
-        redis_url = re.search(r"Redis at (redis://127\.0\.0\.1:\d+)", text)
+        assert "Starting a private Redis..." in text
+        assert "Migrating..." in text
+        redis_url = re.search(r"Redis at (redis://127\.0\.0\.1:\d+/0)", text)
         password = re.search(r"password: (\S+)", text)
         assert redis_url, text
         assert password, text
         assert f"{site}/admin/" in text
+        # The commands need no REDIS_URL: they read the URL file.
+        for command in ("close_books", "hold_locks", "distlock list"):
+            assert f"   .venv/bin/python manage.py {command}\n" in text, text
+        assert "REDIS_URL=" not in text
+        assert "find this Redis on their own" in text
+        assert url_file.read_text().splitlines()[0] == redis_url[1]
+        listed = subprocess.run(
+            [sys.executable, "manage.py", "distlock", "list"],
+            cwd=ROOT,
+            env={**env, "DJANGO_SETTINGS_MODULE": "testproject.settings"},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert listed.returncode == 0, listed.stderr
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -264,12 +437,16 @@ def test_demo_script_sets_up_and_serves_the_site(tmp_path: Path) -> None:
                 assert time.monotonic() < deadline, "the demo never answered"
                 time.sleep(0.2)
         assert "INV-001" in index
+        assert "python manage.py" not in index.replace(".venv/bin/python manage.py", "")
         admin = _login(site, password[1])
         held = admin.open(f"{site}/admin/django_distlock/heldlock/", timeout=10).read().decode()
         assert "Held locks" in held
         assert redis.Redis.from_url(redis_url[1]).ping()
     finally:
-        os.killpg(demo.pid, signal.SIGINT)  # Ctrl-C
+        if stop == "ctrl-c":
+            os.killpg(demo.pid, signal.SIGINT)  # the whole foreground group gets it
+        else:
+            demo.terminate()  # SIGTERM to demo.py only: it must stop runserver itself
         try:
             demo.wait(timeout=30)
         finally:
@@ -278,5 +455,9 @@ def test_demo_script_sets_up_and_serves_the_site(tmp_path: Path) -> None:
                 demo.wait()
             if demo.stdout is not None:
                 demo.stdout.close()
+    assert demo.returncode == 0
     with pytest.raises(redis.ConnectionError):
         redis.Redis.from_url(redis_url[1], socket_connect_timeout=1).ping()
+    assert not url_file.exists()
+    with pytest.raises(urllib.error.URLError):  # runserver is gone too
+        urllib.request.urlopen(f"{site}/", timeout=5)

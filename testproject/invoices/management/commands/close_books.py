@@ -14,9 +14,14 @@ class Command(LockedCommand):
     help = "Close the books (a slow demo job); run it twice at once to see the second refused."
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--steps", type=int, default=20, help="number of steps (default 20)")
         parser.add_argument(
-            "--step-seconds", type=float, default=0.5, help="seconds per step (default 0.5)"
+            "--steps", type=int, default=20, help="number of steps (default: %(default)s)"
+        )
+        parser.add_argument(
+            "--step-seconds",
+            type=float,
+            default=0.5,
+            help="seconds per step (default: %(default)s)",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:

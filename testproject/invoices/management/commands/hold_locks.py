@@ -58,8 +58,18 @@ class Command(BaseCommand):
     help = "Start worker processes that hold report:<n> and cart:<n> locks for a while."
 
     def add_arguments(self, parser: Any) -> None:
-        parser.add_argument("--workers", type=int, default=3)
-        parser.add_argument("--seconds", type=float, default=60)
+        parser.add_argument(
+            "--workers",
+            type=int,
+            default=3,
+            help="number of worker processes; worker <n> holds report:<n> (default: %(default)s)",
+        )
+        parser.add_argument(
+            "--seconds",
+            type=float,
+            default=60,
+            help="how long the workers hold locks, in seconds (default: %(default)s)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         workers, seconds = options["workers"], options["seconds"]
