@@ -29,6 +29,7 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_http_methods
 
 from . import chart
+from .commands import format_duration
 from .models import HeldLock, LockEvent
 
 __all__ = ["HeldLockAdmin", "LockEventAdmin"]
@@ -100,7 +101,8 @@ class _Row:
         self.acquired_at_iso = held.acquired_at.isoformat()
         self.held_for = humanize_seconds(now - held.acquired_at.timestamp())
         self.ttl_seconds = f"{max(held.ttl, 0.0):.3f}"
-        self.ttl_display = f"{round(max(held.ttl, 0.0))} s"
+        self.ttl_display = f"{round(max(held.ttl, 0.0))}s"
+        self.lease_display = format_duration(held.lease)
         self.expires_at_ms = int((now + max(held.ttl, 0.0)) * 1000)
         # The holder's watchdog renews at a third of the lease: the countdown shows that.
         self.renew_every = f"{held.lease / 3:.3f}" if held.auto_renew else ""
@@ -463,7 +465,6 @@ class LockEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "when",
         "kind",
         "name",
-        "fence",
         "owner",
         "context",
         "user",

@@ -58,11 +58,11 @@ def lockevents_url(live_server: Any) -> str:
 
 
 def ttl_seconds(page: Page) -> int:
-    """The TTL cell of the lock's row, as the page's countdown shows it (``"117 s"``)."""
+    """The TTL cell of the lock's row, as the page's countdown shows it (``"117s"``)."""
     row = page.locator("#heldlocks tbody tr", has_text=LOCK_NAME)
     text = row.locator("td.ttl").inner_text()
-    assert text.endswith(" s"), text
-    return int(text.removesuffix(" s"))
+    assert text.endswith("s"), text
+    return int(text.removesuffix("s"))
 
 
 def ttl_countdown(page: Page) -> tuple[int, int]:
@@ -221,7 +221,7 @@ def test_a_renewing_lock_counts_down_the_way_its_watchdog_renews(
 ) -> None:
     """An auto-renewed lock's TTL follows its watchdog (a renewal at every third of the
     lease) between page loads: with a 3 s lease it stays between 2 and 3 s and is never
-    shown as expiring, where a plain countdown would reach a red "0 s"."""
+    shown as expiring, where a plain countdown would reach a red "0s"."""
     page = admin_page
     with distlock("browser:renewing", timeout=3, auto_renew=True) as lock:
         page.goto(heldlocks_url(live_server))
@@ -233,7 +233,7 @@ def test_a_renewing_lock_counts_down_the_way_its_watchdog_renews(
             shown = []
             for _second in range(5):
                 page.wait_for_timeout(1000)
-                shown.append(int(cell.inner_text().removesuffix(" s")))
+                shown.append(int(cell.inner_text().removesuffix("s")))
                 assert "expiring" not in (cell.get_attribute("class") or "")
             assert min(shown) >= 2, shown
             assert not lock.lost

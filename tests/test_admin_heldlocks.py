@@ -124,7 +124,7 @@ def test_changelist_lists_held_locks_with_their_owner(admin, hold):
     assert 'href="/admin/django_distlock/heldlock/detail/?name=invoice%3A42"' in html
     # TTL in seconds, with its expiry for the countdown script.
     ttl = re.search(
-        r'data-expires-at="(\d+)" data-ttl="([\d.]+)" data-renew-every="">(\d+) s</td>', html
+        r'data-expires-at="(\d+)" data-ttl="([\d.]+)" data-renew-every="">(\d+)s</td>', html
     )
     assert ttl is not None
     # The renewing lock tells the countdown its renewal period (a third of its lease).
