@@ -329,7 +329,15 @@ def test_detail_page_shows_metadata_and_recent_events(admin, hold):
     now = timezone.now()
     LockEvent.objects.bulk_create(
         [
-            LockEvent(name=name, kind="acquired", fence=i, at=now - dt.timedelta(seconds=i))
+            LockEvent(
+                name=name,
+                kind="acquired",
+                fence=i,
+                at=now - dt.timedelta(seconds=i),
+                host="web-1",
+                pid=4242,
+                thread="worker",
+            )
             for i in range(60)
         ]
         + [LockEvent(name="other", kind="released", fence=999, at=now)]
@@ -348,6 +356,7 @@ def test_detail_page_shows_metadata_and_recent_events(admin, hold):
     assert len(events) == 50
     assert [event.fence for event in events] == list(range(50))  # newest first
     assert html.count('class="event event-acquired"') == 50
+    assert html.count("<td>web-1:4242 worker</td>") == 50  # the CLI's owner format
     assert ">999<" not in html
     assert "force-release-button" in html
     force_url = re.search(r'<a href="([^"]+)" class="deletelink"', html)
