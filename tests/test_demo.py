@@ -217,6 +217,38 @@ def test_hold_locks(demo: Callable[..., subprocess.CompletedProcess[str]]) -> No
     assert time.monotonic() - started < 30
 
 
+def test_hold_locks_stopped_by_sigterm_stops_its_workers(
+    demo: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
+    """``kill`` (SIGTERM) to ``hold_locks`` alone ends its workers too, releasing their
+    locks, instead of leaving them orphaned and holding."""
+    workers = subprocess.Popen(
+        [sys.executable, "manage.py", "hold_locks", "--workers", "2", "--seconds", "60"],
+        cwd=ROOT,
+        env=demo.env,  # type: ignore[attr-defined]
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert workers.stdout is not None
+        seen: list[str] = []
+        while sum("holds report:" in line for line in seen) < 2:
+            seen.append(workers.stdout.readline())
+            assert seen[-1], seen
+        workers.send_signal(signal.SIGTERM)
+        stdout, stderr = workers.communicate(timeout=30)
+    finally:
+        if workers.poll() is None:
+            workers.kill()
+            workers.wait()
+    assert workers.returncode == 0, stderr
+    assert "released report:1" in stdout
+    assert "released report:2" in stdout
+    assert "all workers done" in stdout
+    assert "report:" not in demo("distlock", "list").stdout
+
+
 HOLD_SCRIPT = r"""
 import json
 import django

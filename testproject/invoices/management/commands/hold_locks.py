@@ -5,6 +5,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import random
+import signal
+import sys
 import time
 from typing import Any
 
@@ -16,6 +18,8 @@ def _worker(number: int, seconds: float) -> None:
     have passed, dropping and retaking a cart lock now and then."""
     import django
 
+    # `terminate()` from the parent: leave through the `finally`s, releasing the locks.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     django.setup()
     from django_distlock import distlock
 
@@ -54,6 +58,10 @@ def _worker(number: int, seconds: float) -> None:
         print(f"worker {number} (pid {pid}) released report:{number}", flush=True)
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 class Command(BaseCommand):
     help = "Start worker processes that hold report:<n> and cart:<n> locks for a while."
 
@@ -77,6 +85,10 @@ class Command(BaseCommand):
             f"{workers} workers holding locks for {seconds:g}s; watch "
             "/admin/django_distlock/heldlock/ (Ctrl-C stops them)"
         )
+        # `kill` or a closed terminal stop the workers as Ctrl-C does, instead of
+        # orphaning them.
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, _interrupt)
         context = multiprocessing.get_context("spawn")
         processes = [
             context.Process(target=_worker, args=(n, seconds), daemon=True)
