@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import doctest
+import importlib
 import inspect
 import re
 from collections.abc import Iterator
@@ -217,3 +219,21 @@ def test_links_between_docs_resolve() -> None:
                 assert anchor in _anchors(resolved), f"{path.name}: no heading #{anchor}"
             checked += 1
     assert checked > 10
+
+
+@pytest.mark.parametrize(
+    "module_name",
+    [
+        "django_distlock.commands",
+        "django_distlock.engine",
+        "django_distlock.engine.backend",
+        "django_distlock.engine.listing",
+    ],
+)
+def test_docstring_examples_run(module_name: str) -> None:
+    """The docstring examples that need no lock held run as doctests too (the others are
+    marked ``+SKIP`` and have their executed twins in the docs)."""
+    module = importlib.import_module(module_name)
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0
+    assert result.failed == 0
