@@ -7,6 +7,7 @@ file (``DEMO_DB``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -17,7 +18,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,26 @@ def manage_py(env: dict[str, str]) -> Callable[..., subprocess.CompletedProcess[
     return run
 
 
+@contextlib.contextmanager
+def background(env: dict[str, str], *args: str) -> Iterator[subprocess.Popen[str]]:
+    """The demo's ``manage.py *args`` running in a child process, killed if it is still
+    running when the block ends."""
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
 @pytest.fixture
 def demo(
     tmp_path: Path, redis_server_factory: Callable[..., RedisServer]
@@ -137,15 +158,8 @@ def test_pay_views_guard_and_fence(demo: Callable[..., subprocess.CompletedProce
 def test_close_books_refuses_a_second_run(
     demo: Callable[..., subprocess.CompletedProcess[str]],
 ) -> None:
-    first = subprocess.Popen(
-        [sys.executable, "manage.py", "close_books", "--steps", "6", "--step-seconds", "0.5"],
-        cwd=ROOT,
-        env=demo.env,  # type: ignore[attr-defined]
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    env = demo.env  # type: ignore[attr-defined]
+    with background(env, "close_books", "--steps", "6", "--step-seconds", "0.5") as first:
         assert first.stdout is not None
         assert "closing the books" in first.stdout.readline()
         second = demo("close_books", "--steps", "1", check=False)
@@ -153,10 +167,6 @@ def test_close_books_refuses_a_second_run(
         assert "lock 'close_books' is held by" in second.stderr
         assert f"pid {first.pid}" in second.stderr
         stdout, stderr = first.communicate(timeout=30)
-    finally:
-        if first.poll() is None:
-            first.kill()
-            first.wait()
     assert first.returncode == 0, stderr
     assert "step 6/6" in stdout
     assert "books closed" in stdout
@@ -182,15 +192,8 @@ print(held.status_code, events.status_code, "report:1" in held.content.decode())
 
 def test_hold_locks(demo: Callable[..., subprocess.CompletedProcess[str]]) -> None:
     started = time.monotonic()
-    workers = subprocess.Popen(
-        [sys.executable, "manage.py", "hold_locks", "--workers", "1", "--seconds", "3"],
-        cwd=ROOT,
-        env=demo.env,  # type: ignore[attr-defined]
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    env = demo.env  # type: ignore[attr-defined]
+    with background(env, "hold_locks", "--workers", "1", "--seconds", "3") as workers:
         assert workers.stdout is not None
         assert "1 workers holding locks" in workers.stdout.readline()
         assert "holds report:1" in workers.stdout.readline()
@@ -207,10 +210,6 @@ def test_hold_locks(demo: Callable[..., subprocess.CompletedProcess[str]]) -> No
         listed = demo("distlock", "list")
         assert "report:1" in listed.stdout
         stdout, stderr = workers.communicate(timeout=30)
-    finally:
-        if workers.poll() is None:
-            workers.kill()
-            workers.wait()
     assert workers.returncode == 0, stderr
     assert "released report:1" in stdout
     assert "all workers done" in stdout
@@ -222,15 +221,8 @@ def test_hold_locks_stopped_by_sigterm_stops_its_workers(
 ) -> None:
     """``kill`` (SIGTERM) to ``hold_locks`` alone ends its workers too, releasing their
     locks, instead of leaving them orphaned and holding."""
-    workers = subprocess.Popen(
-        [sys.executable, "manage.py", "hold_locks", "--workers", "2", "--seconds", "60"],
-        cwd=ROOT,
-        env=demo.env,  # type: ignore[attr-defined]
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
+    env = demo.env  # type: ignore[attr-defined]
+    with background(env, "hold_locks", "--workers", "2", "--seconds", "60") as workers:
         assert workers.stdout is not None
         seen: list[str] = []
         while sum("holds report:" in line for line in seen) < 2:
@@ -238,10 +230,6 @@ def test_hold_locks_stopped_by_sigterm_stops_its_workers(
             assert seen[-1], seen
         workers.send_signal(signal.SIGTERM)
         stdout, stderr = workers.communicate(timeout=30)
-    finally:
-        if workers.poll() is None:
-            workers.kill()
-            workers.wait()
     assert workers.returncode == 0, stderr
     assert "released report:1" in stdout
     assert "released report:2" in stdout
