@@ -68,19 +68,26 @@ print(json.dumps(out))
 """
 
 
+def run_python(
+    env: dict[str, str], *args: str, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """``python *args`` in a child process at the repository root, output captured."""
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=check,
+    )
+
+
 def manage_py(env: dict[str, str]) -> Callable[..., subprocess.CompletedProcess[str]]:
     """``run(*args, check=True)``: the demo's ``manage.py *args`` in a child process."""
 
     def run(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "manage.py", *args],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=check,
-        )
+        return run_python(env, "manage.py", *args, check=check)
 
     return run
 
@@ -130,15 +137,7 @@ def test_check_passes(demo: Callable[..., subprocess.CompletedProcess[str]]) -> 
 
 
 def test_pay_views_guard_and_fence(demo: Callable[..., subprocess.CompletedProcess[str]]) -> None:
-    result = subprocess.run(
-        [sys.executable, "-c", PAY_SCRIPT],
-        cwd=ROOT,
-        env=demo.env,  # type: ignore[attr-defined]
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    result = run_python(demo.env, "-c", PAY_SCRIPT)  # type: ignore[attr-defined]
     out = json.loads(result.stdout.strip().splitlines()[-1])
     assert out["index"] == 200
     assert out["index_lists_invoices"]
@@ -197,15 +196,7 @@ def test_hold_locks(demo: Callable[..., subprocess.CompletedProcess[str]]) -> No
         assert workers.stdout is not None
         assert "1 workers holding locks" in workers.stdout.readline()
         assert "holds report:1" in workers.stdout.readline()
-        admin = subprocess.run(
-            [sys.executable, "-c", ADMIN_SCRIPT],
-            cwd=ROOT,
-            env=demo.env,  # type: ignore[attr-defined]
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=True,
-        )
+        admin = run_python(demo.env, "-c", ADMIN_SCRIPT)  # type: ignore[attr-defined]
         assert admin.stdout.split() == ["200", "200", "True"], admin
         listed = demo("distlock", "list")
         assert "report:1" in listed.stdout
@@ -269,15 +260,7 @@ def test_hold_views_answer_423_with_retry_after(
 ) -> None:
     """/hold/<name>/ and /ahold/<name>/ (a plain ``distlock`` in a view) answer a busy lock
     like the guarded pay views: an HTML 423 page with ``Retry-After``."""
-    result = subprocess.run(
-        [sys.executable, "-c", HOLD_SCRIPT],
-        cwd=ROOT,
-        env={**demo.env, "DEMO_HOLD_SECONDS": "0.1"},  # type: ignore[attr-defined]
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    result = run_python({**demo.env, "DEMO_HOLD_SECONDS": "0.1"}, "-c", HOLD_SCRIPT)  # type: ignore[attr-defined]
     out = json.loads(result.stdout.strip().splitlines()[-1])
     for url in ("hold", "ahold"):
         busy = out[url]
@@ -297,15 +280,7 @@ def _env_without_redis_url(url_file: Path, **extra: str) -> dict[str, str]:
 def _demo_redis_location(env: dict[str, str]) -> str:
     """``CACHES["default"]["LOCATION"]`` as ``testproject.settings`` computes it in ``env``."""
     code = "from django.conf import settings; print(settings.CACHES['default']['LOCATION'])"
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    result = run_python(env, "-c", code)
     return result.stdout.strip()
 
 
