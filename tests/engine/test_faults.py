@@ -105,9 +105,9 @@ async def test_acquire_on_a_dead_server_fails_fast(api, make_backend, private_re
             pass
 
 
-async def test_a_waiter_waiting_forever_fails_when_the_server_dies(
-    api, make_backend, private_redis
-):
+async def _waiting_forever_behind_a_holder(api, make_backend, private_redis):
+    """A waiter with no time limit, blocked on the server behind a holder: its pending
+    acquire (a future or a task)."""
     backend = make_backend(private_redis, client_kwargs=FAST)
     holder = Lock("forever", backend=backend, timeout=30, auto_renew=False)
     await api.acquire(holder)
@@ -121,6 +121,13 @@ async def test_a_waiter_waiting_forever_fails_when_the_server_dies(
         await await_until(lambda: blocked_clients(probe) == 1)
     finally:
         probe.close()
+    return pending
+
+
+async def test_a_waiter_waiting_forever_fails_when_the_server_dies(
+    api, make_backend, private_redis
+):
+    pending = await _waiting_forever_behind_a_holder(api, make_backend, private_redis)
     private_redis.kill()
     killed_at = time.monotonic()
     with pytest.raises(LockBackendUnavailable):
@@ -150,19 +157,7 @@ async def test_acquire_on_a_paused_server_fails_within_the_socket_timeout(
 async def test_a_waiter_waiting_forever_fails_when_the_server_stalls(
     api, make_backend, private_redis
 ):
-    backend = make_backend(private_redis, client_kwargs=FAST)
-    holder = Lock("forever", backend=backend, timeout=30, auto_renew=False)
-    await api.acquire(holder)
-    waiter = Lock("forever", backend=backend)
-    if api.name == "sync":
-        pending = thread_future(lambda: waiter.acquire(blocking_timeout=None))
-    else:
-        pending = asyncio.create_task(waiter.aacquire(blocking_timeout=None))
-    probe = private_redis.client()
-    try:
-        await await_until(lambda: blocked_clients(probe) == 1)
-    finally:
-        probe.close()
+    pending = await _waiting_forever_behind_a_holder(api, make_backend, private_redis)
     private_redis.pause()
     try:
         paused_at = time.monotonic()
