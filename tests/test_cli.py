@@ -29,7 +29,12 @@ from django_distlock.management.commands.distlock import (
     EXIT_UNAVAILABLE,
 )
 from django_distlock.models import HeldLock, LockEvent
-from tests.engine.support import REPO_ROOT, blocked_clients, lock_key, stored_lock, wait_until
+from tests.engine.support import (
+    REPO_ROOT,
+    held_until_a_waiter_blocks,
+    lock_key,
+    stored_lock,
+)
 
 HOSTNAME = socket.gethostname()
 THREAD = threading.current_thread().name
@@ -258,53 +263,24 @@ def test_run_busy_exits_75(redis_client):
 
 
 def test_run_wait_runs_the_program_once_the_holder_releases(redis_client):
-    holding = threading.Event()
-    failures: list[BaseException] = []
-
-    def hold_until_a_waiter_blocks() -> None:
-        try:
-            with distlock("cron-job"):
-                holding.set()
-                wait_until(lambda: blocked_clients(redis_client) == 1)
-        except BaseException as exc:
-            failures.append(exc)
-            holding.set()
-
-    holder = threading.Thread(target=hold_until_a_waiter_blocks)
-    holder.start()
-    assert holding.wait(10)
-    code, err = run_cli("cron-job", "--wait", "20", "--", *python(UNDER_THE_LOCK), "4")
-    holder.join(10)
-    assert failures == []
+    with held_until_a_waiter_blocks(distlock("cron-job"), redis_client):
+        code, err = run_cli("cron-job", "--wait", "20", "--", *python(UNDER_THE_LOCK), "4")
     assert code == 4, err
 
 
 def test_run_signal_while_waiting_ends_run_without_starting_the_program(redis_client, tmp_path):
     marker = tmp_path / "started"
     original = signal.getsignal(signal.SIGTERM)
-    failures: list[BaseException] = []
-    holding = threading.Event()
 
-    def hold_and_signal() -> None:
-        try:
-            with distlock("cron-job"):
-                holding.set()
-                wait_until(lambda: blocked_clients(redis_client) == 1)
-                # Only signal once run's handler is in place (else SIGTERM kills pytest).
-                assert signal.getsignal(signal.SIGTERM) is not original
-                os.kill(os.getpid(), signal.SIGTERM)
-        except BaseException as exc:
-            failures.append(exc)
-            holding.set()
+    def signal_run() -> None:
+        # Only signal once run's handler is in place (else SIGTERM kills pytest).
+        assert signal.getsignal(signal.SIGTERM) is not original
+        os.kill(os.getpid(), signal.SIGTERM)
 
-    holder = threading.Thread(target=hold_and_signal)
-    holder.start()
-    assert holding.wait(10)
-    code, err = run_cli(
-        "cron-job", "--wait", "20", "--", *python(f"open({str(marker)!r}, 'w').close()")
-    )
-    holder.join(10)
-    assert failures == []
+    with held_until_a_waiter_blocks(distlock("cron-job"), redis_client, then=signal_run):
+        code, err = run_cli(
+            "cron-job", "--wait", "20", "--", *python(f"open({str(marker)!r}, 'w').close()")
+        )
     assert code == 128 + signal.SIGTERM
     assert "interrupted by signal 15 before the program started" in err
     assert not marker.exists()

@@ -21,7 +21,14 @@ from django_distlock import distlock
 from django_distlock.commands import LockedCommand, LockedCommandMixin
 from django_distlock.models import HeldLock
 from tests.commands_app.management.commands import sync_catalog
-from tests.engine.support import REPO_ROOT, blocked_clients, lock_key, stored_lock, wait_until
+from tests.engine.support import (
+    REPO_ROOT,
+    blocked_clients,
+    held_until_a_waiter_blocks,
+    lock_key,
+    stored_lock,
+    wait_until,
+)
 
 HOSTNAME = socket.gethostname()
 
@@ -94,24 +101,8 @@ def test_busy_message_without_holder_details_when_the_holder_vanished(redis_clie
 
 
 def test_lock_wait_waits_for_the_holder_to_release(redis_client):
-    holding = threading.Event()
-    failures: list[BaseException] = []
-
-    def hold_until_a_waiter_blocks() -> None:
-        try:
-            with distlock("sync_catalog"):
-                holding.set()
-                wait_until(lambda: blocked_clients(redis_client) == 1)
-        except BaseException as exc:
-            failures.append(exc)
-            holding.set()
-
-    holder = threading.Thread(target=hold_until_a_waiter_blocks)
-    holder.start()
-    assert holding.wait(10)
-    out, _ = _run("sync_catalog", "--lock-wait", "20")
-    holder.join(10)
-    assert failures == []
+    with held_until_a_waiter_blocks(distlock("sync_catalog"), redis_client):
+        out, _ = _run("sync_catalog", "--lock-wait", "20")
     assert out.startswith("locked sync_catalog")
     assert not redis_client.exists(lock_key("sync_catalog"))
 

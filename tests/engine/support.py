@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -81,6 +81,36 @@ def wait_until(predicate: Callable[[], object], timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         time.sleep(0.002)
+
+
+@contextlib.contextmanager
+def held_until_a_waiter_blocks(
+    lock: Lock, client: redis.Redis, then: Callable[[], object] = lambda: None
+) -> Iterator[None]:
+    """Hold ``lock`` in a thread until a client blocks waiting for it (``BLPOP``), call
+    ``then`` while still holding, and release. The block runs once the lock is held; on
+    leaving, the thread is joined and whatever it raised fails the test."""
+    holding = threading.Event()
+    failures: list[BaseException] = []
+
+    def hold() -> None:
+        try:
+            with lock:
+                holding.set()
+                wait_until(lambda: blocked_clients(client) == 1)
+                then()
+        except BaseException as exc:
+            failures.append(exc)
+            holding.set()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert holding.wait(10)
+    try:
+        yield
+    finally:
+        holder.join(10)
+    assert failures == []
 
 
 async def await_until(predicate: Callable[[], object], within: float = 10.0) -> None:
