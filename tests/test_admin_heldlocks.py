@@ -349,6 +349,7 @@ def test_detail_page_shows_metadata_and_recent_events(admin, hold):
     assert "path/with?odd&amp;chars=%2F #1" in html
     assert "ctx.detail" in html
     assert f"<td>{lock.fence}</td>" in html
+    assert "<td>30s</td>" in html  # the lease, written as the CLI writes durations
     assert held.token in html
     assert held.host in html
     assert "data-expires-at=" in html
