@@ -14,6 +14,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from .engine.exceptions import (
+    LockBackendError,
     LockBackendUnavailable,
     LockError,
     LockLost,
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "FenceField",
     "FencedQuerySet",
+    "LockBackendError",
     "LockBackendUnavailable",
     "LockError",
     "LockLost",

@@ -11,6 +11,7 @@ renewal, for sync and async code. It does not import Django.
 from .backend import Backend, Event, Observer
 from .core import Tuning
 from .exceptions import (
+    LockBackendError,
     LockBackendUnavailable,
     LockError,
     LockLost,
@@ -25,6 +26,7 @@ __all__ = [
     "Backend",
     "Event",
     "Lock",
+    "LockBackendError",
     "LockBackendUnavailable",
     "LockError",
     "LockKeys",

@@ -16,14 +16,15 @@ from typing import Any
 import redis
 import redis.asyncio
 
+from . import process
 from .exceptions import LockError
 from .keys import validate_prefix, validate_seconds
+from .pools import AsyncConnectionPool, ConnectionPool, connection_settings
+from .tuning import Tuning
 
 __all__ = ["Backend", "Event", "Observer"]
 
 logger = logging.getLogger("django_distlock")
-
-UNBOUNDED = 2**31
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,28 +54,6 @@ Observer = Callable[[Event], None]
 AsyncClientSource = redis.asyncio.Redis | Callable[[], redis.asyncio.Redis]
 
 
-# Waiting connections learn their CLIENT ID so that a wait can be ended with CLIENT
-# UNBLOCK. Where ACLs forbid it the id stays None and waits end by disconnecting.
-
-
-def _identify_sync(connection: Any) -> None:
-    connection.on_connect()
-    connection.send_command("CLIENT", "ID")
-    try:
-        connection.distlock_client_id = connection.read_response()
-    except redis.ResponseError:
-        connection.distlock_client_id = None
-
-
-async def _identify_async(connection: Any) -> None:
-    await connection.on_connect()
-    await connection.send_command("CLIENT", "ID")
-    try:
-        connection.distlock_client_id = await connection.read_response()
-    except redis.ResponseError:
-        connection.distlock_client_id = None
-
-
 class Backend:
     """The Redis server a set of locks lives on, and their defaults.
 
@@ -85,8 +64,9 @@ class Backend:
     ``observer`` is called with an :class:`Event` for every lock event; it must be quick
     and its errors are logged, never raised into the lock.
 
-    Blocking waits use a connection pool of their own, built from the client's settings,
-    so that many waiters never starve the client's pool of connections.
+    Blocking waits, renewals and calls that overflow an exhausted client pool use
+    connections of the backend's own (:mod:`.pools`), built from the client's settings.
+    A process forked from this one starts with none of them.
 
     >>> import redis
     >>> backend = Backend(redis.Redis(), prefix="myapp:locks:")
@@ -101,10 +81,8 @@ class Backend:
         timeout: float = 30.0,
         auto_renew: bool = True,
         observer: Observer | None = None,
-        tuning: Any = None,
+        tuning: Tuning | None = None,
     ) -> None:
-        from .core import Tuning
-
         if client is None and async_client is None:
             raise TypeError("Backend needs a client, an async_client, or both")
         if client is not None and not isinstance(client, redis.Redis):
@@ -121,13 +99,12 @@ class Backend:
         self._client = client
         self._async_source = async_client
         self._lock = threading.Lock()
-        self._wait_pool: redis.ConnectionPool | None = None
-        self._overflow: redis.Redis | None = None
-        self._renewal_connection: Any = None
+        self._pool: ConnectionPool | None = None
         self._async_clients: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop,
-            tuple[redis.asyncio.Redis, redis.asyncio.ConnectionPool, Any],
+            tuple[redis.asyncio.Redis, AsyncConnectionPool, Any],
         ] = weakref.WeakKeyDictionary()
+        _backends.add(self)
 
     def __repr__(self) -> str:
         return f"<Backend prefix={self.prefix!r} client={self._client!r}>"
@@ -139,50 +116,25 @@ class Backend:
             raise LockError("this backend has no sync client: pass Backend(client=...)")
         return self._client
 
-    def wait_pool(self) -> redis.ConnectionPool:
-        """The pool of connections that sit in blocking waits (sync)."""
-        pool = self._wait_pool
+    def pool(self) -> ConnectionPool:
+        """The backend's own sync connections (waits, renewals, overflow)."""
+        pool = self._pool
         if pool is None:
             with self._lock:
-                if self._wait_pool is None:
-                    self._wait_pool = _derived_pool(
-                        redis.ConnectionPool, self.client.connection_pool, _identify_sync
-                    )
-                pool = self._wait_pool
+                if self._pool is None:
+                    self._pool = ConnectionPool(*connection_settings(self.client.connection_pool))
+                pool = self._pool
         return pool
-
-    def renewal_connection(self) -> Any:
-        """The connection the watchdog thread renews locks on. It is not taken from a
-        pool, whose ``get_connection`` would connect with the client's (long) timeouts:
-        the caller opens it within the time left on the lease."""
-        connection = self._renewal_connection
-        if connection is None:
-            pool = self.wait_pool()
-            connection = pool.connection_class(**pool.connection_kwargs)
-            self._renewal_connection = connection
-        return connection
-
-    def overflow_client(self) -> redis.Redis:
-        """A sync client on the backend's own, unbounded pool, for when the client's
-        pool is exhausted."""
-        client = self._overflow
-        if client is None:
-            client = self._overflow = redis.Redis(connection_pool=self.wait_pool())
-        return client
-
-    def async_overflow_client(self) -> redis.asyncio.Redis:
-        """The async twin of :meth:`overflow_client`, for the running loop."""
-        return redis.asyncio.Redis(connection_pool=self.async_wait_pool())
 
     def async_client(self) -> redis.asyncio.Redis:
         """The async client for the running event loop."""
         return self._async_pair()[0]
 
-    def async_wait_pool(self) -> redis.asyncio.ConnectionPool:
-        """The pool of connections that sit in blocking waits, for the running loop."""
+    def async_pool(self) -> AsyncConnectionPool:
+        """The backend's own async connections for the running loop."""
         return self._async_pair()[1]
 
-    def _async_pair(self) -> tuple[redis.asyncio.Redis, redis.asyncio.ConnectionPool]:
+    def _async_pair(self) -> tuple[redis.asyncio.Redis, AsyncConnectionPool]:
         loop = asyncio.get_running_loop()
         pair = self._async_clients.get(loop)
         if pair is None:
@@ -190,9 +142,7 @@ class Backend:
             if source is None:
                 raise LockError("this backend has no async client: pass Backend(async_client=...)")
             client = source if isinstance(source, redis.asyncio.Redis) else source()
-            pool = _derived_pool(
-                redis.asyncio.ConnectionPool, client.connection_pool, _identify_async
-            )
+            pool = AsyncConnectionPool(*connection_settings(client.connection_pool))
             closer = _close_at_loop_shutdown(
                 client,
                 pool,
@@ -203,16 +153,20 @@ class Backend:
             self._async_clients[loop] = pair
         return pair[0], pair[1]
 
+    def _forget_after_fork(self) -> None:
+        # The parent's connections stay the parent's: they are neither used nor closed
+        # here (closing an asyncio connection needs the parent's loop), only forgotten.
+        _inherited.append((self._pool, dict(self._async_clients)))
+        self._lock = threading.Lock()
+        self._pool = None
+        self._async_clients = weakref.WeakKeyDictionary()
+
     def close(self) -> None:
-        """Close the connections this backend opened for sync locks (its wait pool and
-        renewal connection). The client passed in is the caller's to close."""
-        pool, self._wait_pool = self._wait_pool, None
+        """Close the idle connections this backend opened for sync locks. The client
+        passed in is the caller's to close."""
+        pool, self._pool = self._pool, None
         if pool is not None:
-            pool.disconnect()
-        connection, self._renewal_connection = self._renewal_connection, None
-        if connection is not None:
-            connection.disconnect()
-        self._overflow = None
+            pool.close()
 
     async def aclose(self) -> None:
         """Close the connections this backend opened on the running event loop (closed
@@ -237,7 +191,7 @@ class Backend:
 
 def _close_at_loop_shutdown(
     client: redis.asyncio.Redis,
-    pool: redis.asyncio.ConnectionPool,
+    pool: AsyncConnectionPool,
     *,
     owned: bool,
     forget: Callable[[], Any],
@@ -255,7 +209,7 @@ def _close_at_loop_shutdown(
             yield
         finally:
             forget()  # the clients reference the loop: drop them so it can be collected
-            await pool.disconnect()
+            await pool.close()
             if owned:
                 await client.aclose()
 
@@ -267,13 +221,13 @@ def _close_at_loop_shutdown(
     return generator
 
 
-def _derived_pool(pool_class: Any, pool: Any, identify: Callable[[Any], Any]) -> Any:
-    # Same server and credentials as the client's pool, but unbounded (waiters hold a
-    # connection each) and each connection learns its CLIENT ID, to be unblocked by it.
-    # redis-py 8 caps pools at 100 connections by default, hence the explicit bound; the
-    # maintenance-notification handler belongs to the source pool, and the new pool makes
-    # its own.
-    kwargs = dict(pool.connection_kwargs)
-    kwargs.pop("maint_notifications_pool_handler", None)
-    kwargs["redis_connect_func"] = identify
-    return pool_class(connection_class=pool.connection_class, max_connections=UNBOUNDED, **kwargs)
+_backends: weakref.WeakSet[Backend] = weakref.WeakSet()
+_inherited: list[Any] = []  # what forked children must keep but never touch
+
+
+def _forget_connections_after_fork() -> None:
+    for backend in list(_backends):
+        backend._forget_after_fork()
+
+
+process.forget_after_fork(_forget_connections_after_fork)

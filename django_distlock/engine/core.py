@@ -15,13 +15,15 @@ import os
 import random
 import socket
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from . import process
 from .exceptions import LockError
 from .keys import LockKeys
 from .scripts import ACQUIRE, PASS_ON, RELEASE, Script
+from .tuning import Tuning, ms
 
 if TYPE_CHECKING:
     from .backend import Backend
@@ -31,7 +33,6 @@ __all__ = [
     "AwaitWait",
     "Call",
     "CallEndingWait",
-    "CancelWait",
     "Hold",
     "NotAcquired",
     "Op",
@@ -45,35 +46,6 @@ __all__ = [
 HOSTNAME = socket.gethostname()
 
 
-def _ms(seconds: float) -> int:
-    return max(1, math.ceil(seconds * 1000))
-
-
-@dataclass(frozen=True, slots=True)
-class Tuning:
-    """Timing knobs of the waiting and renewal protocol (seconds)."""
-
-    wait_cap: float = 1.0
-    """Longest a waiter sleeps before re-checking, whatever the holder's lease. It bounds
-    the cost of a lost wake-up and is how often a fair waiter confirms it is alive."""
-    waiter_liveness: float = 3.0
-    """How long a fair waiter keeps its place in the queue without confirming."""
-    fence_lifetime: float = 7 * 24 * 3600.0
-    """How long a fence counter lives after it was seeded. When it lapses the next fence
-    is seeded from the server clock in microseconds again, which is still larger than
-    any fence given before unless the lock was taken more than once per microsecond on
-    average since the last seeding."""
-    server_wait: float = 30.0
-    """Server-side timeout of one outstanding ``BLPOP``. Waking up is timed by the
-    client (see ``AwaitWait``); this only cleans up after a vanished client."""
-    fence_lifetime_ms: int = field(init=False)
-    waiter_liveness_ms: int = field(init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "fence_lifetime_ms", _ms(self.fence_lifetime))
-        object.__setattr__(self, "waiter_liveness_ms", _ms(self.waiter_liveness))
-
-
 @dataclass(slots=True)
 class Call:
     """Run ``script`` with ``keys`` and ``args``; the driver sends back the reply."""
@@ -85,41 +57,43 @@ class Call:
 
 @dataclass(slots=True)
 class StartWait:
-    """Send ``BLPOP key`` on a dedicated connection without waiting for the answer."""
+    """Send ``BLPOP keys...`` on a dedicated connection without waiting for the answer.
 
-    key: str
+    The first key is the waiter's own wake-up list: ending the wait pushes to it (see
+    :class:`CallEndingWait`), so a ``BLPOP`` still in flight ends as surely as one
+    already blocked.
+    """
+
+    keys: tuple[str, ...]
 
 
 @dataclass(slots=True)
 class AwaitWait:
     """Wait up to ``timeout`` seconds for the outstanding ``BLPOP`` to answer.
 
-    The driver sends back ``True`` when it answered (the wait is over) and ``False``
-    when the time ran out first (the ``BLPOP`` stays outstanding). Timing this on the
-    client matters: servers time out blocked clients only on their ``hz`` tick, up to
-    100 ms late, which would make waiters notice an expired holder late.
+    The driver sends back ``True`` when it answered with a wake-up (the wait is over)
+    and ``False`` when the time ran out first (the ``BLPOP`` stays outstanding). An
+    answer that is a leftover end-of-wait mark is not a wake-up: the driver sends the
+    ``BLPOP`` again and keeps waiting. Timing this on the client matters: servers time
+    out blocked clients only on their ``hz`` tick, up to 100 ms late, which would make
+    waiters notice an expired holder late.
     """
 
     timeout: float
 
 
 @dataclass(slots=True)
-class CancelWait:
-    """End the outstanding ``BLPOP`` (``CLIENT UNBLOCK``); the driver sends back
-    ``True`` when it had already consumed a wake-up."""
-
-
-@dataclass(slots=True)
 class CallEndingWait:
-    """Run ``call`` while ending the outstanding ``BLPOP``: ``CLIENT UNBLOCK`` is sent
-    first and both answers are read after the call, so ending the wait costs no extra
-    round trip. The driver sends back ``(reply, woken)``, ``woken`` being ``True`` when
-    the ``BLPOP`` had consumed a wake-up."""
+    """Run ``call``, a script that ends the outstanding ``BLPOP`` by pushing to the
+    waiter's own list, then read that ``BLPOP``'s answer: ending a wait costs no round
+    trip of its own and cannot race with a ``BLPOP`` still in flight. The driver sends
+    back ``(reply, woken)``, ``woken`` being ``True`` when the ``BLPOP`` had consumed a
+    wake-up (or may have: a wait whose connection failed)."""
 
     call: Call
 
 
-Op = Call | StartWait | AwaitWait | CancelWait | CallEndingWait
+Op = Call | StartWait | AwaitWait | CallEndingWait
 
 
 @dataclass(slots=True)
@@ -142,7 +116,7 @@ class NotAcquired:
 
 @dataclass(eq=False, slots=True)
 class Hold:
-    """One successful acquisition: what the holder (a thread or a task) knows of it."""
+    """One successful acquisition: what its owner (a thread or a task) knows of it."""
 
     name: str
     token: str
@@ -152,8 +126,17 @@ class Hold:
     auto_renew: bool
     context: str
     thread: str
+    """The owner's name, as stored with the lock and shown to operators."""
     started_mono: float
     """Local monotonic time the lock was taken (the acquire began, until it succeeds)."""
+    owner: Callable[[], Any] = field(default=lambda: None, repr=False)
+    """A weak reference to the owning thread or task (see :func:`owner_alive`)."""
+    generation: int = field(default_factory=process.generation)
+    """The process generation it was taken in: a forked child does not hold it."""
+    report_lost: Callable[[], Callable[[Hold], Any] | None] = field(
+        default=lambda: None, repr=False
+    )
+    """A weak reference to what tells the holder that the lock was lost."""
     fence: int = 0
     acquired_at: float = 0.0
     """Server time (epoch seconds) the lock was taken."""
@@ -164,6 +147,8 @@ class Hold:
     """The async watchdog's pending renewal (cancelled on release)."""
     lost: bool = False
     lost_reason: str = ""
+    renewal_error: str = ""
+    """Why the last renewal attempt failed (``""`` once one succeeds)."""
     released: bool = False
     releasing: bool = False
     """A release is in flight: a renewal finding the lock gone proves nothing."""
@@ -176,6 +161,16 @@ class Hold:
     def is_lost(self) -> bool:
         """True when the holder must assume someone else may hold the lock."""
         return self.lost or (not self.released and self.expired())
+
+    def owner_alive(self) -> bool:
+        """False once the owning thread has ended or the owning task is done."""
+        owner = self.owner()
+        if owner is None:
+            return False
+        done = getattr(owner, "done", None)
+        if done is not None:
+            return not done()
+        return bool(owner.is_alive())
 
     @property
     def valid_until(self) -> float:
@@ -235,17 +230,22 @@ def acquire_steps(
     """
     all_keys = keys.all()
     waiter = token[:16] if blocking else ""
-    wake_key = keys.wake(waiter) if fair else keys.signal
+    own_list = keys.wake(waiter)
+    wait_keys = (own_list,) if fair else (own_list, keys.signal)
+    liveness_ms = tuning.waiter_liveness_ms
     args = (
         token,
-        _ms(lease),
+        ms(lease),
         owner,
         name,
-        tuning.fence_lifetime_ms,
+        tuning.fence_memory_ms,
         waiter,
-        tuning.waiter_liveness_ms,
+        liveness_ms,
         "1" if fair else "0",
+        "",
     )
+    ending_args = (*args[:-1], waiter)
+    queued_as = waiter if fair else ""
     waiting = False  # a BLPOP is outstanding
     consumed = False  # a wake-up reached us that we did not turn into the lock
     enqueued = False
@@ -258,8 +258,8 @@ def acquire_steps(
             if waiting and timer_fired:
                 # The holder's lease (or the re-check interval) is over: try again, and
                 # end the BLPOP in the same round trip.
-                reply, woken = yield CallEndingWait(Call(ACQUIRE, all_keys, args))
                 waiting = False
+                reply, woken = yield CallEndingWait(Call(ACQUIRE, all_keys, ending_args))
                 consumed = consumed or woken
             else:
                 reply = yield Call(ACQUIRE, all_keys, args)
@@ -282,7 +282,7 @@ def acquire_steps(
                 timer_fired = consumed = False
                 continue
             if not waiting:
-                yield StartWait(wake_key)
+                yield StartWait(wait_keys)
                 waiting = True
                 consumed = False
             # The PTTL counts from when the script ran, so the timer counts from when it
@@ -298,19 +298,22 @@ def acquire_steps(
         if may_hold:
             # Only our own token is deleted, so this is safe even if the script never ran.
             with contextlib.suppress(LockError):
-                yield Call(RELEASE, all_keys, (token, name, tuning.waiter_liveness_ms))
+                yield Call(RELEASE, all_keys, (token, name, liveness_ms))
         raise
     finally:
-        # Leaving without the lock (or on error): stop waiting and hand on any wake-up we
-        # consumed, so the next waiter is not left sleeping until its own timer.
+        # Leaving without the lock (or on error): end the wait and hand on any wake-up
+        # we consumed, so the next waiter is not left sleeping until its own timer.
         try:
             if waiting:
-                consumed = bool((yield CancelWait())) or consumed
-            if consumed or enqueued:
-                yield Call(
-                    PASS_ON,
-                    all_keys,
-                    (waiter if fair else "", tuning.waiter_liveness_ms, "1" if consumed else "0"),
+                waiting = False
+                handed_on = "1" if consumed else "0"
+                _, woken = yield CallEndingWait(
+                    Call(PASS_ON, all_keys, (queued_as, liveness_ms, handed_on, waiter))
                 )
+                if woken:
+                    yield Call(PASS_ON, all_keys, ("", liveness_ms, "1", ""))
+            elif consumed or enqueued:
+                handed_on = "1" if consumed else "0"
+                yield Call(PASS_ON, all_keys, (queued_as, liveness_ms, handed_on, ""))
         except LockError:
             pass

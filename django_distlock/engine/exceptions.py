@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 __all__ = [
+    "LockBackendError",
     "LockBackendUnavailable",
     "LockError",
     "LockLost",
@@ -45,5 +46,13 @@ class LockLost(LockNotOwned):
 
 
 class LockBackendUnavailable(LockError):
-    """Redis could not be reached or answered with an error; no lock state was changed
-    that the caller could rely on."""
+    """Redis could not be reached, did not answer in time, or said it cannot serve
+    writes right now (a replica during failover, loading, out of memory, cluster down);
+    no lock state was changed that the caller could rely on. Retrying later may work."""
+
+
+class LockBackendError(LockError):
+    """Redis answered with an error that retrying will not cure: a command refused by
+    its ACL, a renamed or disabled command, a key of the wrong type under the lock
+    prefix, a failing script. It points at a misconfiguration (or a bug), not an
+    outage, so views do not answer it with 503."""

@@ -10,11 +10,12 @@ import os
 import string
 import threading
 import time
-from collections.abc import Callable
-from contextvars import ContextVar
+import weakref
+from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, ParamSpec, TypeVar, overload
 
+from . import process
 from .backend import Backend, Event, logger
 from .core import (
     HOSTNAME,
@@ -48,13 +49,21 @@ class _Unset:
 UNSET: Any = _Unset()
 
 
-def _thread_label() -> str:
-    return threading.current_thread().name
+def running_task() -> asyncio.Task[Any] | None:
+    """The task running in this thread, if any."""
+    loop = asyncio._get_running_loop()
+    return None if loop is None else asyncio.current_task(loop)
 
 
-def _task_label() -> str:
-    task = asyncio.current_task()
-    return task.get_name() if task is not None else _thread_label()
+def current_task_or_thread() -> Any:
+    """The running task, else the current thread."""
+    task = running_task()
+    return task if task is not None else threading.current_thread()
+
+
+def _owner_label(owner: Any) -> str:
+    get_name = getattr(owner, "get_name", None)
+    return get_name() if get_name is not None else owner.name
 
 
 def _check_callable(value: Any, argument: str) -> Any:
@@ -85,9 +94,15 @@ class Lock:
     :class:`LockLost` unless ``raise_on_lost=False``. ``context`` is a free label stored
     with the lock for operators.
 
-    The token of an acquisition belongs to the thread (sync) or the task (async) that
-    acquired it: another thread or task using the same object neither sees nor
-    releases it. Locks are not re-entrant.
+    An acquisition belongs to whoever took it, in this process: the thread that called
+    ``acquire()`` or entered ``with``, the task that called ``aacquire()`` or entered
+    ``async with``. Releasing, extending and the queries act on the calling task's
+    acquisition, else the calling thread's. Another
+    thread or task using the same object (a task created inside the block, a forked
+    child) neither sees nor releases it; ``asyncio.wait_for``, ``gather``, ``shield``
+    or ``create_task`` around ``aacquire()`` give it to the task that called
+    ``aacquire()``. A hold whose owner ends without releasing it is released by the
+    watchdog and reported lost. Locks are not re-entrant.
     """
 
     def __init__(
@@ -129,7 +144,8 @@ class Lock:
         self._backend_source = backend
         self._keys: tuple[str, LockKeys] | None = None
         self._owner_cache: tuple[tuple[int, str, bool], str] | None = None
-        self._hold: ContextVar[Hold | None] = ContextVar(f"distlock:{name}", default=None)
+        self._holds: weakref.WeakKeyDictionary[Any, Hold] = weakref.WeakKeyDictionary()
+        self._report_ref = weakref.WeakMethod(self._report_lost)
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.name!r}>"
@@ -143,40 +159,62 @@ class Lock:
         Strictly increasing per lock name; pass it to storage so that a write made by a
         holder that lost the lock can be refused (see ``fenced_update``).
         """
-        hold = self._current()
+        hold = self._find(running_task())
         return None if hold is None else hold.fence
 
     @property
     def token(self) -> str | None:
         """The random token identifying the current acquisition (``None`` when not held)."""
-        hold = self._current()
+        hold = self._find(running_task())
         return None if hold is None else hold.token
 
     @property
     def lost(self) -> bool:
-        """True when the current acquisition was lost: a renewal found the lock gone or
-        re-owned, or its lease ended without a confirmed renewal."""
-        hold = self._hold.get()
-        return hold is not None and not hold.released and hold.is_lost()
+        """True when the caller's last acquisition was lost: a renewal found the lock gone
+        or re-owned, or its lease ended without a confirmed renewal. It keeps describing
+        that acquisition after it ended (an ``except LockLost`` handler can read it),
+        until the next acquire."""
+        hold = self._find(running_task(), live=False)
+        return hold is not None and hold.is_lost()
+
+    @property
+    def lost_reason(self) -> str:
+        """Why the caller's last acquisition was lost (``""`` when it was not)."""
+        hold = self._find(running_task(), live=False)
+        if hold is None or not hold.is_lost():
+            return ""
+        return hold.lost_reason or "its lease ended"
 
     @property
     def valid_until(self) -> float | None:
         """When the lease of the current acquisition ends, as ``time.time()`` seconds
         (a conservative local estimate), or ``None`` when not held."""
-        hold = self._current()
+        hold = self._find(running_task())
         return None if hold is None else hold.valid_until
 
     @property
     def held(self) -> bool:
-        """True while the current thread or task holds an acquisition it has not lost."""
-        return self._current() is not None and not self.lost
+        """True while the caller holds an acquisition it has not lost."""
+        hold = self._find(running_task())
+        return hold is not None and not hold.is_lost()
 
-    def _current(self) -> Hold | None:
-        hold = self._hold.get()
-        return None if hold is None or hold.released else hold
+    def _find(self, task: Any, *, live: bool = True) -> Hold | None:
+        """The acquisition of ``task``, else of the current thread (with ``live``, only
+        one not yet released; else also the last one, for what became of it)."""
+        holds = self._holds
+        if not holds:
+            return None
+        generation = process.generation()
+        for owner in (task, threading.current_thread()):
+            if owner is None:
+                continue
+            hold = holds.get(owner)
+            if hold is not None and hold.generation == generation and not (live and hold.released):
+                return hold
+        return None
 
-    def _owned_hold(self, action: str) -> Hold:
-        hold = self._current()
+    def _owned_hold(self, action: str, task: Any) -> Hold:
+        hold = self._find(task)
         if hold is None:
             raise LockNotOwned(
                 f"cannot {action} lock {self.name!r}: not held by this thread or task",
@@ -193,23 +231,33 @@ class Lock:
         false, or ``blocking_timeout`` seconds elapsed).
 
         Raises ``LockBackendUnavailable`` if Redis cannot be reached, even when waiting
-        forever, and ``LockError`` if this thread already holds it.
+        forever, and ``LockError`` if the caller already holds it.
         """
-        hold, steps = self._begin(blocking, blocking_timeout, _thread_label())
+        owner = threading.current_thread()
+        hold, steps = self._begin(blocking, blocking_timeout, owner, running_task())
         outcome = SyncDriver(hold.backend, self.name).run(steps)
-        return self._settle(hold, outcome, thread_watchdog)
+        return self._settle(hold, outcome, owner, thread_watchdog)
 
-    async def aacquire(
+    def aacquire(
         self, blocking: bool | None = None, *, blocking_timeout: float | None = UNSET
-    ) -> bool:
-        """Async twin of :meth:`acquire`. If the task is cancelled while waiting or while
-        the request is in flight, any lock it may have got is given back before the
-        cancellation propagates."""
-        hold, steps = self._begin(blocking, blocking_timeout, _task_label())
-        outcome = await AsyncDriver(hold.backend, self.name).run(steps)
-        return self._settle(hold, outcome, loop_watchdog)
+    ) -> Coroutine[Any, Any, bool]:
+        """Async twin of :meth:`acquire`. The lock goes to the task that called
+        ``aacquire()`` (even when another task awaits it, as ``asyncio.wait_for`` does on
+        Python 3.11). If the task is cancelled while waiting or while the request is in
+        flight, any lock it may have got is given back before the cancellation
+        propagates."""
+        return self._aacquire(running_task(), blocking, blocking_timeout)
 
-    def _begin(self, blocking: Any, blocking_timeout: Any, thread: str) -> tuple[Hold, Any]:
+    async def _aacquire(self, owner: Any, blocking: Any, blocking_timeout: Any) -> bool:
+        if owner is None:
+            owner = current_task_or_thread()
+        hold, steps = self._begin(blocking, blocking_timeout, owner, owner)
+        outcome = await AsyncDriver(hold.backend, self.name).run(steps)
+        return self._settle(hold, outcome, owner, loop_watchdog)
+
+    def _begin(
+        self, blocking: Any, blocking_timeout: Any, owner: Any, task: Any
+    ) -> tuple[Hold, Any]:
         if blocking is None:
             blocking = self.blocking
         else:
@@ -222,8 +270,8 @@ class Lock:
             )
         if blocking_timeout == 0:
             blocking = False
-        current = self._hold.get()
-        if current is not None and not current.released:
+        current = self._find(task)
+        if current is not None:
             if not current.is_lost():
                 raise LockError(
                     f"lock {self.name!r} is already held by this thread or task "
@@ -237,6 +285,7 @@ class Lock:
         lease = self.timeout if self.timeout is not None else backend.timeout
         auto_renew = self.auto_renew if self.auto_renew is not None else backend.auto_renew
         started = time.monotonic()
+        thread = _owner_label(owner)
         # Filled in by _settle once Redis has answered.
         hold = Hold(
             name=self.name,
@@ -248,6 +297,8 @@ class Lock:
             context=self.context,
             thread=thread,
             started_mono=started,
+            owner=weakref.ref(owner),
+            report_lost=self._report_ref,
         )
         steps = acquire_steps(
             keys=hold.keys,
@@ -263,7 +314,7 @@ class Lock:
         return hold, steps
 
     def _owner(self, thread: str, auto_renew: bool) -> str:
-        key = (os.getpid(), thread, auto_renew)
+        key = (process.generation(), thread, auto_renew)
         cached = self._owner_cache
         if cached is None or cached[0] != key:
             owner = owner_metadata(thread=thread, context=self.context, auto_renew=auto_renew)
@@ -271,7 +322,11 @@ class Lock:
         return cached[1]
 
     def _settle(
-        self, hold: Hold, outcome: Acquired | NotAcquired, watchdog: Callable[[], Any]
+        self,
+        hold: Hold,
+        outcome: Acquired | NotAcquired,
+        owner: Any,
+        watchdog: Callable[[], Any],
     ) -> bool:
         now = time.monotonic()
         waited = now - hold.started_mono
@@ -292,9 +347,9 @@ class Lock:
         hold.waited = waited
         hold.started_mono = now
         self.retry_after = None
-        self._hold.set(hold)
+        self._holds[owner] = hold
         if hold.auto_renew:
-            watchdog().watch(hold, self)
+            watchdog().watch(hold)
         if hold.backend.observer is not None:
             self._emit(hold.backend, "acquired", hold, hold.thread, waited=waited)
         return True
@@ -302,9 +357,9 @@ class Lock:
     # -- release --------------------------------------------------------------------
 
     def release(self) -> None:
-        """Give the lock back. Raises ``LockNotOwned`` if this thread does not hold it and
+        """Give the lock back. Raises ``LockNotOwned`` if the caller does not hold it and
         ``LockLost`` if it was lost meanwhile (the lock is then no longer held either)."""
-        hold = self._owned_hold("release")
+        hold = self._owned_hold("release", running_task())
         hold.releasing = True
         try:
             reply = SyncDriver(hold.backend, self.name).call(self._release_call(hold))
@@ -312,10 +367,13 @@ class Lock:
             hold.releasing = False
         self._released(hold, reply)
 
-    async def arelease(self) -> None:
+    def arelease(self) -> Coroutine[Any, Any, None]:
         """Async twin of :meth:`release`. A cancelled release still completes, and the
-        local token is cleared only once Redis has confirmed."""
-        hold = self._owned_hold("release")
+        hold is cleared only once Redis has confirmed."""
+        return self._arelease(running_task())
+
+    async def _arelease(self, owner: Any) -> None:
+        hold = self._owned_hold("release", owner or running_task())
         hold.releasing = True
         try:
             reply, cancelled = await completed(
@@ -338,8 +396,6 @@ class Lock:
         timer = hold.timer
         if timer is not None:
             timer.cancel()
-        if self._hold.get() is hold:
-            self._hold.set(None)
         # Our token was still there, so nobody else held the lock meanwhile: a clean
         # release, whatever a renewal racing with it concluded.
         if int(reply) == 1:
@@ -357,31 +413,38 @@ class Lock:
     def extend(self, seconds: float, replace_ttl: bool = False) -> float:
         """Add ``seconds`` to the lease (or set it to ``seconds`` with ``replace_ttl``);
         return the new end of the lease as ``time.time()`` seconds."""
-        hold, call = self._extend_call(seconds, replace_ttl)
+        hold, call = self._extend_call(seconds, replace_ttl, running_task())
         sent_at = time.monotonic()
         return self._extended(hold, SyncDriver(hold.backend, self.name).call(call), sent_at)
 
-    async def aextend(self, seconds: float, replace_ttl: bool = False) -> float:
+    def aextend(self, seconds: float, replace_ttl: bool = False) -> Coroutine[Any, Any, float]:
         """Async twin of :meth:`extend`."""
-        hold, call = self._extend_call(seconds, replace_ttl)
+        return self._aextend(running_task(), seconds, replace_ttl)
+
+    async def _aextend(self, owner: Any, seconds: Any, replace_ttl: Any) -> float:
+        hold, call = self._extend_call(seconds, replace_ttl, owner or running_task())
         sent_at = time.monotonic()
         reply = await AsyncDriver(hold.backend, self.name).call(call)
         return self._extended(hold, reply, sent_at)
 
     def reacquire(self) -> float:
         """Reset the lease to the lock's full timeout; return its new end."""
-        hold = self._owned_hold("reacquire")
+        hold = self._owned_hold("reacquire", running_task())
         return self.extend(hold.lease, replace_ttl=True)
 
-    async def areacquire(self) -> float:
+    def areacquire(self) -> Coroutine[Any, Any, float]:
         """Async twin of :meth:`reacquire`."""
-        hold = self._owned_hold("reacquire")
-        return await self.aextend(hold.lease, replace_ttl=True)
+        return self._areacquire(running_task())
 
-    def _extend_call(self, seconds: Any, replace_ttl: Any) -> tuple[Hold, Call]:
+    async def _areacquire(self, owner: Any) -> float:
+        owner = owner or running_task()
+        hold = self._owned_hold("reacquire", owner)
+        return await self._aextend(owner, hold.lease, True)
+
+    def _extend_call(self, seconds: Any, replace_ttl: Any, owner: Any) -> tuple[Hold, Call]:
         seconds = validate_seconds(seconds, "seconds")
         _check_bool(replace_ttl, "replace_ttl")
-        hold = self._owned_hold("extend")
+        hold = self._owned_hold("extend", owner)
         if hold.is_lost():
             raise LockLost(f"lock {self.name!r} was lost: {hold.lost_reason}", name=self.name)
         mode = "set" if replace_ttl else "add"
@@ -401,27 +464,33 @@ class Lock:
 
     def ttl(self) -> float | None:
         """Seconds left on the lease of the current acquisition, from Redis (``None`` when
-        this thread does not hold it)."""
-        hold = self._current()
+        the caller does not hold it)."""
+        hold = self._find(running_task())
         if hold is None:
             return None
         return self._ttl_from(hold, SyncDriver(hold.backend, self.name).call(self._ttl_call(hold)))
 
-    async def attl(self) -> float | None:
+    def attl(self) -> Coroutine[Any, Any, float | None]:
         """Async twin of :meth:`ttl`."""
-        hold = self._current()
+        return self._attl(running_task())
+
+    async def _attl(self, owner: Any) -> float | None:
+        hold = self._find(owner or running_task())
         if hold is None:
             return None
         reply = await AsyncDriver(hold.backend, self.name).call(self._ttl_call(hold))
         return self._ttl_from(hold, reply)
 
     def owned(self) -> bool:
-        """True if Redis confirms the current thread holds the lock."""
+        """True if Redis confirms the caller holds the lock."""
         return self.ttl() is not None
 
-    async def aowned(self) -> bool:
+    def aowned(self) -> Coroutine[Any, Any, bool]:
         """Async twin of :meth:`owned`."""
-        return (await self.attl()) is not None
+        return self._aowned(running_task())
+
+    async def _aowned(self, owner: Any) -> bool:
+        return (await self._attl(owner)) is not None
 
     def locked(self) -> bool:
         """True if anyone holds the lock."""
@@ -466,7 +535,7 @@ class Lock:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        hold = self._current()
+        hold = self._find(running_task())
         if hold is None:
             return
         try:
@@ -485,7 +554,7 @@ class Lock:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        hold = self._current()
+        hold = self._find(running_task())
         if hold is None:
             return
         try:
@@ -508,8 +577,6 @@ class Lock:
                 hold.lost_reason = f"the lease ended while Redis could not be reached ({error})"
             self._report_lost(hold)
             hold.released = True
-            if self._hold.get() is hold:
-                self._hold.set(None)
             if not body_failed and self.raise_on_lost:
                 raise LockLost(
                     f"lock {self.name!r} was lost: {hold.lost_reason}", name=self.name
@@ -589,7 +656,8 @@ class Lock:
         clone.retry_after = None
         clone._keys = None
         clone._owner_cache = None
-        clone._hold = ContextVar(f"distlock:{name}", default=None)
+        clone._holds = weakref.WeakKeyDictionary()
+        clone._report_ref = weakref.WeakMethod(clone._report_lost)
         return clone
 
     # -- helpers --------------------------------------------------------------------

@@ -105,74 +105,106 @@ def _is_mine(not_mine: str) -> str:
     return _IS_MINE.replace("NOT_MINE", not_mine)
 
 
+# Ends the caller's own outstanding BLPOP (see ``core.CallEndingWait``): the value is
+# pushed to the waiter's own wake-up list, which its BLPOP watches first. Spliced at the
+# end of a script, after anything that may clear that list, so that the push survives.
+_END_WAIT = """
+if end_wait ~= '' then
+  redis.call('RPUSH', KEYS[7] .. end_wait, 'c')
+  redis.call('PEXPIRE', KEYS[7] .. end_wait, liveness_ms)
+end
+"""
+
 ACQUIRE = Script(
     "acquire",
     "-- acquire: take the lock if it is free (and, for fair locks, it is our turn)."
     + _KEYS_DOC
     + """
 -- ARGV[1] token            ARGV[2] lease ms          ARGV[3] owner metadata (JSON)
--- ARGV[4] lock name (index member)  ARGV[5] fence counter lifetime ms (from seeding)
+-- ARGV[4] lock name (index member)  ARGV[5] ms the fence counter outlives the lease
 -- ARGV[6] waiter id, '' when the caller will not wait  ARGV[7] waiter liveness ms
 -- ARGV[8] '1' for a fair lock, '0' otherwise
--- returns {1, fence, acquired_at_us} when taken;
+-- ARGV[9] waiter id whose outstanding BLPOP to end, '' for none
+-- returns {1, fence, acquired_at_us} when taken (or already held with this token);
 --         {0, wait_ms} when not, wait_ms = how long the current obstacle lasts at most
 --         (the holder's PTTL, -1 if unknown)
-local pttl = redis.call('PTTL', KEYS[1])
-local waiter = ARGV[6]
-local fair = ARGV[8] == '1'
-if pttl ~= -2 and waiter == '' then return {0, pttl} end
+local end_wait = ARGV[9]
+local liveness_ms = ARGV[7]
+local function attempt()
+  local pttl = -2
+  local value = redis.call('GET', KEYS[1])
+  if value then
+    if string.sub(value, 1, #ARGV[1] + 1) == ARGV[1] .. '\\n' then
+      -- Already ours: a request retried after its reply was lost. Answer as before.
+      local fence, acquired_at = string.match(value, '^[^\\n]*\\n([^\\n]*)\\n([^\\n]*)\\n')
+      return {1, fence, acquired_at}
+    end
+    pttl = redis.call('PTTL', KEYS[1])
+  end
+  local waiter = ARGV[6]
+  local fair = ARGV[8] == '1'
+  if pttl ~= -2 and waiter == '' then return {0, pttl} end
 """
     + _NOW
     + """
-local head = false
-if fair then"""
+  local head = false
+  if fair then"""
     + _QUEUE_HEAD
     + """
-end
-if pttl == -2 and (not head or head == waiter) then
-  if head then
-    redis.call('LPOP', KEYS[5])
-    redis.call('ZREM', KEYS[6], waiter)
-    redis.call('DEL', KEYS[7] .. waiter)
   end
-  local fence = string.format('%.0f', redis.call('INCR', KEYS[2]))
-  if fence == '1' then
-    -- Counter missing (first use, expiry or data loss): seed from the server clock in
-    -- microseconds so fences keep increasing across resets. The counter lapses
-    -- ARGV[5] ms after seeding and is then re-seeded, still larger than before.
-    fence = now_us
-    redis.call('SET', KEYS[2], now_us, 'PX', ARGV[5])
-  end
-  redis.call('SET', KEYS[1],
-    ARGV[1] .. '\\n' .. fence .. '\\n' .. now_us .. '\\n' .. ARGV[2] .. '\\n' .. ARGV[3],
-    'PX', ARGV[2])
-  redis.call('ZADD', KEYS[4], now_ms + tonumber(ARGV[2]), ARGV[4])
-  return {1, fence, now_us}
-end
-local wait_ms = pttl
-if waiter ~= '' then
-  local liveness = tonumber(ARGV[7])
-  if fair then
-    if not redis.call('ZSCORE', KEYS[6], waiter) then
-      redis.call('RPUSH', KEYS[5], waiter)
-      if not head then head = waiter end
+  if pttl == -2 and (not head or head == waiter) then
+    if head then
+      redis.call('LPOP', KEYS[5])
+      redis.call('ZREM', KEYS[6], waiter)
+      redis.call('DEL', KEYS[7] .. waiter)
     end
-    redis.call('ZADD', KEYS[6], now_ms + liveness, waiter)
-    redis.call('PEXPIRE', KEYS[5], liveness)
-    redis.call('PEXPIRE', KEYS[6], liveness)
+    -- The fence is the larger of the stored counter + 1 and the server clock in
+    -- microseconds: it keeps increasing on one server while the counter lives, and
+    -- across data loss or failover as long as server clocks agree.
+    local fence = tonumber(now_us)
+    local stored = redis.call('GET', KEYS[2])
+    if stored then fence = math.max(fence, tonumber(stored) + 1) end
+    fence = string.format('%.0f', fence)
+    local lease_ms = tonumber(ARGV[2])
+    redis.call('SET', KEYS[2], fence, 'PX', lease_ms + tonumber(ARGV[5]))
+    redis.call('SET', KEYS[1],
+      ARGV[1] .. '\\n' .. fence .. '\\n' .. now_us .. '\\n' .. ARGV[2] .. '\\n' .. ARGV[3],
+      'PX', lease_ms)
+    -- Entries of locks that expired without a release go at the next acquire.
+    redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. string.format('%.0f', now_ms))
+    redis.call('ZADD', KEYS[4], now_ms + lease_ms, ARGV[4])
+    return {1, fence, now_us}
   end
-  local flag_ms = liveness
-  if pttl > 0 then flag_ms = flag_ms + pttl end
-  redis.call('SET', KEYS[3], '1', 'PX', flag_ms)
+  local wait_ms = pttl
+  if waiter ~= '' then
+    local liveness = tonumber(liveness_ms)
+    if fair then
+      if not redis.call('ZSCORE', KEYS[6], waiter) then
+        redis.call('RPUSH', KEYS[5], waiter)
+        if not head then head = waiter end
+      end
+      redis.call('ZADD', KEYS[6], now_ms + liveness, waiter)
+      redis.call('PEXPIRE', KEYS[5], liveness)
+      redis.call('PEXPIRE', KEYS[6], liveness)
+    end
+    local flag_ms = liveness
+    if pttl > 0 then flag_ms = flag_ms + pttl end
+    redis.call('SET', KEYS[3], '1', 'PX', flag_ms)
+  end
+  if pttl == -2 then
+    -- Free, but another fair waiter is first: nudge it in case it missed its wake-up,
+    -- and come back when its place would lapse.
+    redis.call('RPUSH', KEYS[7] .. head, '1')
+    redis.call('PEXPIRE', KEYS[7] .. head, liveness_ms)
+    wait_ms = tonumber(redis.call('ZSCORE', KEYS[6], head)) - now_ms
+  end
+  return {0, wait_ms}
 end
-if pttl == -2 then
-  -- Free, but another fair waiter is first: nudge it in case it missed its wake-up,
-  -- and come back when its place would lapse.
-  redis.call('RPUSH', KEYS[7] .. head, '1')
-  redis.call('PEXPIRE', KEYS[7] .. head, ARGV[7])
-  wait_ms = tonumber(redis.call('ZSCORE', KEYS[6], head)) - now_ms
-end
-return {0, wait_ms}
+local result = attempt()
+"""
+    + _END_WAIT
+    + """
+return result
 """,
 )
 
@@ -240,11 +272,15 @@ PASS_ON = Script(
     "-- pass_on: a waiter stops waiting; hand any wake-up it consumed to the next one."
     + _KEYS_DOC
     + """
--- ARGV[1] waiter id ('' for an unfair waiter)  ARGV[2] wake-up signal lifetime ms
+-- ARGV[1] waiter id to take off the fair queue ('' for an unfair waiter)
+-- ARGV[2] wake-up signal lifetime ms
 -- ARGV[3] '1' when the leaving waiter consumed a wake-up it will not use
+-- ARGV[4] waiter id whose outstanding BLPOP to end, '' for none
 -- returns 1
 local waiter = ARGV[1]
 local signal_ms = ARGV[2]
+local liveness_ms = ARGV[2]
+local end_wait = ARGV[4]
 if waiter ~= '' then
   redis.call('LREM', KEYS[5], 0, waiter)
   redis.call('ZREM', KEYS[6], waiter)
@@ -254,6 +290,9 @@ if ARGV[3] == '1' or (waiter ~= '' and redis.call('EXISTS', KEYS[1]) == 0) then"
     + _WAKE_ONE
     + """
 end
+"""
+    + _END_WAIT
+    + """
 return 1
 """,
 )

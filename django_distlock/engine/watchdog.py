@@ -1,9 +1,21 @@
-"""Lease renewal: one daemon thread per process for sync holders, timers on the event
+"""Lease renewal: a scheduler thread per process for sync holders, timers on the event
 loop for async ones. Both renew at a third of the lease and share the decision logic.
 
-A holder learns it lost the lock when a renewal finds the lock gone or re-owned, and in
-any case no later than its lease end: a renewal is bounded by the time left on the
-lease, and ``Hold.is_lost()`` turns true at the lease end by itself.
+What the renewal path promises:
+
+- Renewals of locks on different backends never wait for each other: each backend has
+  a lane (a thread) of its own, and the holds due together on one backend are renewed
+  in one pipelined round trip.
+- Each attempt has a short deadline (``Tuning.renewal_attempt``, less when the lease
+  ends sooner); an attempt without an answer closes its connection and is retried on a
+  fresh one while the lease lasts.
+- A holder is told of a loss no later than its lease end: the scheduler checks every
+  lease end by itself, whatever the lanes are doing.
+- Telling the holder (``on_lost``, the ``lost`` event, signals, event recording) never
+  runs on the renewal path: sync holders are told from a notifier thread, async ones
+  from a callback of their loop.
+- A hold whose owner (thread or task) ended, or whose lock object was dropped, without
+  releasing is not renewed: it is released, logged at WARNING and reported lost.
 """
 
 from __future__ import annotations
@@ -14,36 +26,43 @@ import heapq
 import itertools
 import logging
 import math
-import os
+import queue
 import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from . import process
 from .core import Call, Hold
-from .exceptions import LockBackendUnavailable
+from .exceptions import LockError
 from .io import AsyncDriver, SyncDriver
-from .scripts import EXTEND
+from .scripts import EXTEND, RELEASE
+from .tuning import ms
 
-if TYPE_CHECKING:
-    from .lock import Lock
-
-__all__ = ["LoopWatchdog", "ThreadWatchdog", "loop_watchdog", "thread_watchdog"]
+__all__ = ["LoopWatchdog", "Notifier", "ThreadWatchdog", "loop_watchdog", "thread_watchdog"]
 
 logger = logging.getLogger("django_distlock")
 
 IDLE_WAIT = 60.0
+LANE_IDLE = 10.0
+"""Seconds a renewal lane's thread waits for work before it ends (a new one starts on
+demand), so that backends that are gone leave no threads behind."""
+
+RENEW = 0
+DEADLINE = 1
 
 
 def renewal_call(hold: Hold) -> Call:
     """The script call that renews ``hold`` to at least its full lease."""
     keys = hold.keys
-    return Call(
-        EXTEND,
-        (keys.lock, keys.index),
-        (hold.token, max(1, math.ceil(hold.lease * 1000)), hold.name, "renew"),
-    )
+    return Call(EXTEND, (keys.lock, keys.index), (hold.token, ms(hold.lease), hold.name, "renew"))
+
+
+def release_call(hold: Hold) -> Call:
+    """The script call that releases ``hold`` (only if it still holds the lock)."""
+    liveness_ms = hold.backend.tuning.waiter_liveness_ms
+    return Call(RELEASE, hold.keys.all(), (hold.token, hold.name, liveness_ms))
 
 
 def first_renewal(hold: Hold) -> float:
@@ -51,54 +70,196 @@ def first_renewal(hold: Hold) -> float:
     return hold.valid_until_mono - hold.lease * 2 / 3
 
 
+def attempt_timeout(hold: Hold, now: float) -> float:
+    """How long one renewal attempt of ``hold`` may wait for its answer."""
+    return min(hold.backend.tuning.renewal_attempt, hold.valid_until_mono - now)
+
+
+def abandoned_reason(hold: Hold) -> str:
+    """Why nobody will release ``hold`` any more, or ``""`` while someone may."""
+    if hold.report_lost() is None:
+        return "its lock object was garbage-collected while it held the lock"
+    if not hold.owner_alive():
+        return f"its owner {hold.thread!r} ended without releasing it"
+    return ""
+
+
 def after_renewal(hold: Hold, reply: Any, sent_at: float) -> float | None:
-    """Record a renewal reply; return when to renew next, or ``None`` if lost."""
+    """Record a renewal's answer (a reply or a :class:`LockError`); return when to renew
+    next, ``None`` when the lock is lost."""
+    if isinstance(reply, LockError):
+        return after_failure(hold, reply)
     if reply is None or int(reply) < 0:
         hold.lost_reason = "the lock was released or taken by another holder"
         return None
     hold.valid_until_mono = sent_at + int(reply) / 1000
+    hold.renewal_error = ""
     return sent_at + hold.lease / 3
 
 
 def after_failure(hold: Hold, exc: BaseException) -> float | None:
     """Record a failed renewal; return when to retry, or ``None`` if the lease is over."""
     now = time.monotonic()
+    hold.renewal_error = str(exc)
     if hold.expired(now):
-        hold.lost_reason = f"the lease ended while Redis could not be reached ({exc})"
+        hold.lost_reason = lease_end_reason(hold)
         return None
     logger.warning("django-distlock: renewing lock %r failed, will retry: %s", hold.name, exc)
-    return min(now + max(hold.lease / 10, 0.001), hold.valid_until_mono)
+    return min(now + max(hold.lease / 20, 0.001), hold.valid_until_mono)
 
 
-def _check_not_expired(hold: Hold, now: float) -> None:
-    if hold.expired(now):
-        raise LockBackendUnavailable("no renewal confirmed in time", name=hold.name)
+def lease_end_reason(hold: Hold) -> str:
+    """Why a hold whose lease ended without a confirmed renewal is lost."""
+    if hold.renewal_error:
+        return f"the lease ended while Redis could not be reached ({hold.renewal_error})"
+    return "the lease ended before Redis confirmed a renewal"
 
 
-def _conclude(
-    hold: Hold,
-    lock_ref: Callable[[], Lock | None],
-    next_due: float | None,
-    schedule: Callable[[Hold, Callable[[], Lock | None], float], None],
-) -> None:
-    """After a renewal attempt: report the lock lost, or schedule the next renewal."""
-    if hold.released or hold.releasing:
-        return  # released while the renewal was in flight: its answer means nothing
-    if next_due is None:
-        _report_lost(hold, lock_ref)
-    else:
-        schedule(hold, lock_ref, next_due)
+def settled(hold: Hold) -> bool:
+    """True when the watchdog has nothing more to do for ``hold``."""
+    return hold.released or hold.releasing or hold.lost or not hold.auto_renew
 
 
-def _report_lost(hold: Hold, lock_ref: Callable[[], Lock | None]) -> None:
+def mark_lost(hold: Hold, reason: str = "") -> bool:
+    """Mark ``hold`` lost (``reason`` unless one is set); ``False`` if it needs no report
+    (released meanwhile, or already reported)."""
+    if hold.released or hold.releasing or hold.lost:
+        return False
+    if reason and not hold.lost_reason:
+        hold.lost_reason = reason
     hold.lost = True
-    lock = lock_ref()
-    if lock is not None:
-        lock._report_lost(hold)
+    return True
+
+
+def tell_holder(hold: Hold) -> None:
+    """Tell whoever holds ``hold`` that it was lost (``on_lost``, events, signals)."""
+    report = hold.report_lost()
+    if report is not None:
+        report(hold)
+
+
+def released_abandoned(hold: Hold, reply: Any) -> None:
+    """Log that an abandoned hold was released (or could not be), then report it."""
+    if isinstance(reply, BaseException):
+        logger.warning(
+            "django-distlock: lock %r held by %s: %s; releasing it failed (%s), it expires "
+            "at its lease end",
+            hold.name,
+            hold.thread,
+            hold.lost_reason,
+            reply,
+        )
+    else:
+        logger.warning(
+            "django-distlock: released lock %r held by %s: %s",
+            hold.name,
+            hold.thread,
+            hold.lost_reason,
+        )
+    tell_holder(hold)
+
+
+class Notifier:
+    """Runs loss reports of sync holders on a daemon thread of its own, in order, so
+    that a slow ``on_lost`` or observer never delays a renewal."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]]] = (
+            queue.SimpleQueue()
+        )
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, function: Callable[..., Any], *args: Any) -> None:
+        """Run ``function(*args)`` on the notifier thread."""
+        self._queue.put((function, args))
+        if self._thread is None:
+            with self._lock:
+                if self._thread is None:
+                    self._thread = threading.Thread(
+                        target=self._run, name="distlock-notifier", daemon=True
+                    )
+                    self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            function, args = self._queue.get()
+            try:
+                function(*args)
+            except Exception:  # the notifier thread must not die
+                logger.exception("django-distlock: reporting a lost lock failed")
+
+
+class _Lane:
+    """Renews the due holds of one backend, pipelined, on the backend's own connections."""
+
+    def __init__(self, watchdog: ThreadWatchdog, name: str) -> None:
+        self._watchdog = watchdog
+        self._queue: queue.SimpleQueue[list[Hold]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self.closed = False
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._thread.start()
+
+    def submit(self, holds: list[Hold]) -> bool:
+        """Queue ``holds`` for renewal; ``False`` if the lane has ended (use a new one)."""
+        with self._lock:
+            if self.closed:
+                return False
+            self._queue.put(holds)
+            return True
+
+    def _run(self) -> None:
+        while True:
+            try:
+                holds = self._queue.get(timeout=LANE_IDLE)
+            except queue.Empty:
+                with self._lock:
+                    if self._queue.empty():
+                        self.closed = True
+                        return
+                continue
+            while not self._queue.empty():
+                holds.extend(self._queue.get_nowait())
+            try:
+                self._renew([hold for hold in holds if not settled(hold)])
+            except Exception:  # the lane must outlive anything
+                logger.exception("django-distlock: unexpected error in the renewal lane")
+
+    def _renew(self, holds: list[Hold]) -> None:
+        if not holds:
+            return
+        sent_at = time.monotonic()
+        abandoned = {id(hold): abandoned_reason(hold) for hold in holds}
+        calls = [release_call(h) if abandoned[id(h)] else renewal_call(h) for h in holds]
+        timeout = min(attempt_timeout(hold, sent_at) for hold in holds)
+        driver = SyncDriver(holds[0].backend, None)
+        try:
+            replies: list[Any] = driver.call_many(calls, timeout)
+        except LockError as exc:
+            replies = [exc] * len(holds)
+        for hold, reply in zip(holds, replies, strict=True):
+            reason = abandoned[id(hold)]
+            if reason:
+                if mark_lost(hold, reason):
+                    self._watchdog.notifier.submit(released_abandoned, hold, reply)
+                continue
+            if hold.released or hold.releasing:
+                continue  # released while the renewal was in flight: its answer means nothing
+            due = after_renewal(hold, reply, sent_at)
+            if due is None:
+                if mark_lost(hold):
+                    self._watchdog.notifier.submit(tell_holder, hold)
+            else:
+                self._watchdog.schedule(hold, due)
 
 
 class ThreadWatchdog:
-    """Renews the auto-renew holds of sync code from one daemon thread.
+    """Renews the auto-renew holds of sync code.
+
+    A scheduler thread keeps a heap of due times: renewals, which it hands to the lane of
+    the hold's backend, and lease ends, where it reports the holds whose renewal has not
+    been confirmed by then.
 
     Registering a hold is on every acquire's path, so it takes no lock: the hold is
     appended to ``_incoming`` and the thread is notified only if it sleeps past the new
@@ -112,21 +273,25 @@ class ThreadWatchdog:
     """
 
     def __init__(self) -> None:
+        self.notifier = Notifier()
         self._condition = threading.Condition()
-        self._heap: list[tuple[float, int, Hold, Callable[[], Lock | None]]] = []
-        self._incoming: collections.deque[tuple[float, Hold, Callable[[], Lock | None]]] = (
-            collections.deque()
-        )
+        self._heap: list[tuple[float, int, int, Hold]] = []
+        self._incoming: collections.deque[tuple[float, int, Hold]] = collections.deque()
         self._order = itertools.count()
         self._thread: threading.Thread | None = None
         self._wake_at = -math.inf  # -inf while awake: it drains before sleeping again
+        self._lanes: weakref.WeakKeyDictionary[Any, _Lane] = weakref.WeakKeyDictionary()
 
-    def watch(self, hold: Hold, lock: Lock) -> None:
-        """Start renewing ``hold`` (acquired through ``lock``) until it is released."""
-        self._add(hold, weakref.ref(lock), first_renewal(hold))
+    def watch(self, hold: Hold) -> None:
+        """Start renewing ``hold`` until it is released."""
+        self._add(first_renewal(hold), RENEW, hold)
 
-    def _add(self, hold: Hold, lock_ref: Callable[[], Lock | None], due: float) -> None:
-        self._incoming.append((due, hold, lock_ref))
+    def schedule(self, hold: Hold, due: float) -> None:
+        """Renew ``hold`` again at monotonic time ``due``."""
+        self._add(due, RENEW, hold)
+
+    def _add(self, due: float, kind: int, hold: Hold) -> None:
+        self._incoming.append((due, kind, hold))
         if self._thread is None or due < self._wake_at:
             with self._condition:
                 if self._thread is None:
@@ -139,11 +304,13 @@ class ThreadWatchdog:
     def _drain(self) -> None:
         incoming, heap = self._incoming, self._heap
         while incoming:
-            due, hold, lock_ref = incoming.popleft()
-            grid = min(0.05, hold.lease / 30)
-            heapq.heappush(heap, (math.ceil(due / grid) * grid, next(self._order), hold, lock_ref))
+            due, kind, hold = incoming.popleft()
+            if kind == RENEW:
+                grid = min(0.05, hold.lease / 30)
+                due = math.ceil(due / grid) * grid
+            heapq.heappush(heap, (due, next(self._order), kind, hold))
 
-    def _next_batch(self) -> list[tuple[float, int, Hold, Callable[[], Lock | None]]]:
+    def _next_batch(self) -> list[tuple[float, int, int, Hold]]:
         heap = self._heap
         with self._condition:
             while True:
@@ -162,68 +329,78 @@ class ThreadWatchdog:
 
     def _run(self) -> None:
         while True:
-            for _, _, hold, lock_ref in self._next_batch():
-                if not hold.released and not hold.lost and hold.auto_renew:
-                    self._renew(hold, lock_ref)
-
-    def _schedule(self, hold: Hold, lock_ref: Callable[[], Lock | None], due: float) -> None:
-        self._add(hold, lock_ref, due)
-
-    def _renew(self, hold: Hold, lock_ref: Callable[[], Lock | None]) -> None:
-        if lock_ref() is None:
-            return  # nobody can release it any more: let the lease run out
-        sent_at = time.monotonic()
-        driver = SyncDriver(hold.backend, hold.name)
-        try:
-            _check_not_expired(hold, sent_at)
-            reply = driver.call_within(renewal_call(hold), hold.valid_until_mono - sent_at)
-            next_due = after_renewal(hold, reply, sent_at)
-        except LockBackendUnavailable as exc:
-            next_due = after_failure(hold, exc)
-        except Exception as exc:  # the watchdog thread must not die
-            logger.exception("django-distlock: unexpected error renewing %r", hold.name)
-            next_due = after_failure(hold, exc)
-        _conclude(hold, lock_ref, next_due, self._schedule)
+            by_backend: dict[int, list[Hold]] = {}
+            for _, _, kind, hold in self._next_batch():
+                if settled(hold) or hold.generation != process.generation():
+                    continue
+                if kind == DEADLINE:
+                    if hold.expired() and mark_lost(hold, lease_end_reason(hold)):
+                        self.notifier.submit(tell_holder, hold)
+                    continue
+                by_backend.setdefault(id(hold.backend), []).append(hold)
+                self._add(hold.valid_until_mono, DEADLINE, hold)
+            for holds in by_backend.values():
+                backend = holds[0].backend
+                lane = self._lanes.get(backend)
+                if lane is None or not lane.submit(holds):
+                    lane = self._lanes[backend] = _Lane(self, "distlock-renew")
+                    lane.submit(holds)
 
 
 class LoopWatchdog:
-    """Renews the auto-renew holds of async code with timers on one event loop."""
+    """Renews the auto-renew holds of async code with timers on one event loop; every
+    renewal is a task of its own, bounded by its attempt deadline."""
 
     def __init__(self) -> None:
         # No reference to the loop itself: this object is the value of a dict weakly
         # keyed by the loop, and must not keep it alive.
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def watch(self, hold: Hold, lock: Lock) -> None:
-        """Start renewing ``hold`` (acquired through ``lock``) until it is released."""
-        self._schedule(hold, weakref.ref(lock), first_renewal(hold))
+    def watch(self, hold: Hold) -> None:
+        """Start renewing ``hold`` until it is released."""
+        self._schedule(hold, first_renewal(hold))
 
-    def _schedule(self, hold: Hold, lock_ref: Callable[[], Lock | None], due: float) -> None:
+    def _schedule(self, hold: Hold, due: float) -> None:
         delay = max(0.0, due - time.monotonic())
-        hold.timer = asyncio.get_running_loop().call_later(delay, self._spawn, hold, lock_ref)
+        hold.timer = asyncio.get_running_loop().call_later(delay, self._spawn, hold)
 
-    def _spawn(self, hold: Hold, lock_ref: Callable[[], Lock | None]) -> None:
-        if hold.released or hold.lost or not hold.auto_renew or lock_ref() is None:
+    def _spawn(self, hold: Hold) -> None:
+        if settled(hold) or hold.generation != process.generation():
             return
-        task = asyncio.get_running_loop().create_task(self._renew(hold, lock_ref))
+        task = asyncio.get_running_loop().create_task(self._renew(hold))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _renew(self, hold: Hold, lock_ref: Callable[[], Lock | None]) -> None:
+    async def _renew(self, hold: Hold) -> None:
+        loop = asyncio.get_running_loop()
         sent_at = time.monotonic()
+        reason = abandoned_reason(hold)
         driver = AsyncDriver(hold.backend, hold.name)
-        try:
-            _check_not_expired(hold, sent_at)
-            reply = await asyncio.wait_for(
-                driver.call(renewal_call(hold)), hold.valid_until_mono - sent_at
-            )
-            next_due = after_renewal(hold, reply, sent_at)
-        except (LockBackendUnavailable, TimeoutError) as exc:
-            next_due = after_failure(hold, exc)
-        except Exception as exc:
-            logger.exception("django-distlock: unexpected error renewing %r", hold.name)
-            next_due = after_failure(hold, exc)
-        _conclude(hold, lock_ref, next_due, self._schedule)
+        timeout = attempt_timeout(hold, sent_at)
+        if reason:
+            try:
+                reply: Any = (await driver.call_many([release_call(hold)], max(timeout, 1.0)))[0]
+            except LockError as exc:
+                reply = exc
+            if mark_lost(hold, reason):
+                loop.call_soon(released_abandoned, hold, reply)
+            return
+        if timeout <= 0:
+            due = None
+            hold.lost_reason = lease_end_reason(hold)
+        else:
+            try:
+                reply = (await driver.call_many([renewal_call(hold)], timeout))[0]
+            except LockError as exc:
+                reply = exc
+            if hold.released or hold.releasing:
+                return
+            due = after_renewal(hold, reply, sent_at)
+        if due is None:
+            if mark_lost(hold):
+                loop.call_soon(tell_holder, hold)
+        else:
+            self._schedule(hold, due)
 
 
 _thread_watchdog: ThreadWatchdog | None = None
@@ -254,9 +431,10 @@ def loop_watchdog() -> LoopWatchdog:
 
 def _forget_after_fork() -> None:
     # A forked child holds none of its parent's locks and has none of its threads.
-    global _thread_watchdog
+    global _thread_watchdog, _thread_watchdog_lock, _loop_watchdogs
     _thread_watchdog = None
+    _thread_watchdog_lock = threading.Lock()
+    _loop_watchdogs = weakref.WeakKeyDictionary()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_after_fork)
+process.forget_after_fork(_forget_after_fork)

@@ -222,7 +222,7 @@ async def test_waited_counts_the_wait(api, observed_backend, recorder):
     assert await api.acquire(waiter, blocking_timeout=5)
     acquired = recorder.of("acquired")
     assert len(acquired) == 2
-    assert acquired[1].fence == acquired[0].fence + 1
+    assert acquired[1].fence > acquired[0].fence
     assert 0.2 <= acquired[1].waited < 2
 
 

@@ -15,7 +15,6 @@ from django_distlock.engine.core import (
     AwaitWait,
     Call,
     CallEndingWait,
-    CancelWait,
     NotAcquired,
     StartWait,
     acquire_steps,
@@ -25,6 +24,8 @@ from django_distlock.engine.scripts import ACQUIRE, PASS_ON, RELEASE
 
 KEYS = LockKeys.for_name("p:", "job")
 TOKEN = "0123456789abcdef" * 2
+WAITER = TOKEN[:16]
+UNFAIR_WAIT = StartWait((KEYS.wake(WAITER), KEYS.signal))
 
 
 def steps(**overrides):
@@ -56,7 +57,13 @@ def abandon(generator):
     op = generator.throw(KeyboardInterrupt())
     with pytest.raises(KeyboardInterrupt):  # noqa: PT012
         while True:
-            op = generator.send(1 if isinstance(op, Call) else False)
+            op = generator.send(
+                1
+                if isinstance(op, Call)
+                else (1, False)
+                if isinstance(op, CallEndingWait)
+                else False
+            )
 
 
 def test_default_waits_stay_below_the_client_socket_timeout():
@@ -110,7 +117,8 @@ def test_a_waiter_waits_on_the_wake_up_list_bounded_by_the_holder_lease():
     generator, op = steps(blocking=True)
     assert op.args[5] == TOKEN[:16]
     wait = generator.send([0, 20])
-    assert wait == StartWait(KEYS.signal)
+    # Its own list first (ending the wait pushes there), then the shared signal.
+    assert wait == UNFAIR_WAIT
     timer = generator.send(None)
     assert isinstance(timer, AwaitWait)
     # The holder's PTTL + 1 ms, counted from when the failed attempt was sent.
@@ -120,7 +128,8 @@ def test_a_waiter_waits_on_the_wake_up_list_bounded_by_the_holder_lease():
     op = generator.send(False)
     assert isinstance(op, CallEndingWait)
     assert op.call.script is ACQUIRE
-    assert generator.send(([0, 60_000], False)) == StartWait(KEYS.signal)
+    assert op.call.args[8] == WAITER  # the script ends our BLPOP
+    assert generator.send(([0, 60_000], False)) == UNFAIR_WAIT
     timer = generator.send(None)
     # A long lease is re-checked at the cap.
     assert Tuning().wait_cap - 0.01 < timer.timeout <= Tuning().wait_cap
@@ -130,7 +139,7 @@ def test_a_waiter_waits_on_the_wake_up_list_bounded_by_the_holder_lease():
 def test_fair_waiters_wait_on_their_own_list():
     generator, op = steps(blocking=True, fair=True)
     assert op.args[7] == "1"
-    assert generator.send([0, 100]) == StartWait(KEYS.wake(TOKEN[:16]))
+    assert generator.send([0, 100]) == StartWait((KEYS.wake(WAITER),))
     abandon(generator)
 
 
@@ -190,8 +199,39 @@ def test_an_interruption_while_waiting_ends_the_wait_first():
     generator.send([0, 60_000])  # StartWait
     generator.send(None)  # AwaitWait
     op = generator.throw(KeyboardInterrupt())
-    assert isinstance(op, CancelWait)
-    op = generator.send(False)
-    assert op.script is PASS_ON  # leave the fair queue
+    assert isinstance(op, CallEndingWait)
+    assert op.call.script is PASS_ON
+    assert op.call.args[0] == WAITER  # leave the fair queue
+    assert op.call.args[3] == WAITER  # and end the BLPOP, in one round trip
     with pytest.raises(KeyboardInterrupt):
+        generator.send((1, False))
+
+
+def test_a_plain_attempt_ends_no_wait():
+    generator, op = steps(blocking=True)
+    assert op.args[8] == ""
+    abandon(generator)
+
+
+def test_giving_up_passes_on_a_wake_up_the_ended_wait_consumed():
+    """The BLPOP was still in flight when we ended it and found a wake-up meant for the
+    next waiter: hand it on."""
+    generator, _ = steps(blocking=True, deadline=time.monotonic() + 0.02)
+    generator.send([0, 60_000])  # StartWait
+    generator.send(None)  # AwaitWait
+    time.sleep(0.03)
+    op = generator.send(False)  # the timer ran out, so did the deadline: re-check
+    assert isinstance(op, CallEndingWait)
+    # Still busy, and the wait already ended with that re-check: nothing to clean up.
+    assert finish(generator, ([0, 60_000], False)) == NotAcquired(60.0)
+
+    generator, _ = steps(blocking=True, deadline=time.monotonic() + 0.02)
+    generator.send([0, 60_000])  # StartWait
+    generator.send(None)  # AwaitWait
+    op = generator.throw(TimeoutError())
+    assert isinstance(op, CallEndingWait)  # ends the wait while leaving
+    op = generator.send((1, True))  # ... and that BLPOP had consumed a wake-up
+    assert op.script is PASS_ON
+    assert op.args[2] == "1"
+    with pytest.raises(TimeoutError):
         generator.send(1)

@@ -8,7 +8,7 @@ import time
 import pytest
 import redis
 
-from django_distlock.engine import Backend, Lock, LockBackendUnavailable
+from django_distlock.engine import Backend, Lock, LockBackendError, LockBackendUnavailable
 from django_distlock.engine.core import Call
 from django_distlock.engine.io import SyncDriver, completed
 from django_distlock.engine.scripts import TTL
@@ -52,11 +52,15 @@ async def test_renewal_works_after_the_script_cache_is_flushed(api, backend, red
 # -- every Redis failure becomes LockBackendUnavailable ---------------------------------
 
 
-async def test_a_redis_error_reply_becomes_lock_backend_unavailable(api, backend, redis_client):
-    redis_client.lpush(keys_of("broken").fence, "not a counter")  # INCR will fail
+async def test_a_redis_error_reply_becomes_lock_backend_error(api, backend, redis_client):
+    """An error reply is a misconfiguration, not an outage: LockBackendError, which is
+    a LockError but not LockBackendUnavailable (views must not answer it with 503)."""
+    redis_client.lpush(keys_of("broken").fence, "not a counter")  # GET will fail
     lock = Lock("broken", backend=backend)
-    with pytest.raises(LockBackendUnavailable) as caught:
+    with pytest.raises(LockBackendError) as caught:
         await api.acquire(lock)
+    assert not isinstance(caught.value, LockBackendUnavailable)
+    assert "WRONGTYPE" in str(caught.value)
     assert caught.value.name == "broken"
     assert isinstance(caught.value.__cause__, redis.RedisError)
     assert lock.held is False
@@ -71,12 +75,12 @@ async def test_queries_map_errors_too(api, dead_backend):
 
 
 def test_bounded_call_maps_a_refused_connection(dead_backend):
-    """``call_within`` (used by renewals) must raise LockBackendUnavailable like every
+    """``call_many`` (used by renewals) must raise LockBackendUnavailable like every
     other call, also when the connection cannot even be opened."""
     driver = SyncDriver(dead_backend, "x")
     call = Call(TTL, (lock_key("x"),), ("token",))
     with pytest.raises(LockBackendUnavailable):
-        driver.call_within(call, 0.5)
+        driver.call_many([call], 0.5)
 
 
 async def test_bounded_call_is_bounded_while_connecting_to_a_stalled_server(private_redis):
@@ -90,7 +94,7 @@ async def test_bounded_call_is_bounded_while_connecting_to_a_stalled_server(priv
     try:
         started = time.monotonic()
         with pytest.raises(LockBackendUnavailable):
-            driver.call_within(call, 0.3)
+            driver.call_many([call], 0.3)
         elapsed = time.monotonic() - started
     finally:
         private_redis.resume()

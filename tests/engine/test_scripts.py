@@ -66,12 +66,12 @@ def test_scripts_only_act_on_their_own_token(redis_client):
 def test_a_failed_attempt_reports_the_holder_lease(redis_client):
     hold(redis_client, "holder", 4_000)
     reply = redis_client.eval(
-        ACQUIRE.source, 8, *KEYS.all(), "newcomer", 1000, "{}", "raw", 60_000, "", 3000, "0"
+        ACQUIRE.source, 8, *KEYS.all(), "newcomer", 1000, "{}", "raw", 60_000, "", 3000, "0", ""
     )
     assert reply[0] == 0
     assert 3_900 < reply[1] <= 4_000
     redis_client.persist(KEYS.lock)
     reply = redis_client.eval(
-        ACQUIRE.source, 8, *KEYS.all(), "newcomer", 1000, "{}", "raw", 60_000, "", 3000, "0"
+        ACQUIRE.source, 8, *KEYS.all(), "newcomer", 1000, "{}", "raw", 60_000, "", 3000, "0", ""
     )
     assert reply == [0, -1]  # a key without expiry: unknown

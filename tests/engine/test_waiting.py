@@ -63,7 +63,10 @@ def deadline_of(lock: Lock) -> float:
     return time.monotonic() + (lock.valid_until - time.time())
 
 
-async def test_a_waiter_is_woken_by_the_release_and_does_not_poll(api, backend, redis_client):
+async def test_a_waiter_is_woken_by_the_release_and_does_not_poll(api, make_backend, private_redis):
+    # A server of its own: the script count below must not include other tests' work.
+    backend = make_backend(private_redis)
+    redis_client = private_redis.client()
     holder = Lock("handoff", backend=backend, timeout=30, auto_renew=False)
     latencies = []
     for round_ in range(5):
@@ -80,6 +83,7 @@ async def test_a_waiter_is_woken_by_the_release_and_does_not_poll(api, backend, 
         acquired, at, _ = await pending
         assert acquired
         latencies.append(at - released_at)
+    redis_client.close()
     assert statistics.median(latencies) < PROMPT, latencies
     assert max(latencies) < 0.5, latencies
 
@@ -94,7 +98,7 @@ async def test_a_waiter_gets_the_lock_right_after_the_lease_ends(api, backend, r
         pending = waiter(api, Lock("expiry", backend=backend), blocking_timeout=5)
         acquired, at, fence = await pending
         assert acquired
-        assert fence == holder.fence + 1
+        assert fence > holder.fence
         # Never before the holder's own idea of its lease end...
         assert at - holder_deadline > -0.002
         lateness.append(at - holder_deadline)
@@ -270,8 +274,7 @@ def test_hundreds_of_threads_wait_at_once_on_a_small_connection_pool(redis_serve
         assert entered == [1] * 150
     finally:
         client.close()
-        if backend._wait_pool is not None:
-            backend._wait_pool.disconnect()
+        backend.close()
 
 
 async def test_waiting_holds_no_connection_of_the_client_pool(api, make_backend, redis_client):
@@ -290,8 +293,8 @@ async def test_waiting_holds_no_connection_of_the_client_pool(api, make_backend,
     await api.release(holder)
     results = await asyncio.wait_for(asyncio.gather(*pending), 30)
     assert all(acquired for acquired, _, _ in results)
-    fences = sorted(fence for _, _, fence in results)
-    assert fences == list(range(fences[0], fences[0] + 60))
+    fences = [fence for _, _, fence in results]
+    assert len(set(fences)) == 60  # one acquisition each, every fence distinct
 
 
 async def test_waiters_rechecking_at_the_lease_end_do_not_exhaust_the_pool(

@@ -1,0 +1,122 @@
+"""The connections a backend opens for itself: blocking waits, renewals, and calls that
+overflow an exhausted client pool.
+
+They are built from the client's own connection settings (same server, credentials,
+TLS) but kept apart from the client's pool: a waiter holds its connection for the whole
+wait, so hundreds of waiters must never starve the application's pool, and a renewal
+that timed out must be retried on a connection nobody else is reading from.
+
+A pool grows with demand and keeps at most ``max_idle`` idle connections: after a burst
+of waiters it shrinks back instead of keeping one connection per past waiter.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+__all__ = ["AsyncConnectionPool", "ConnectionPool", "connection_settings"]
+
+MAX_IDLE = 8
+
+
+def connection_settings(pool: Any) -> tuple[type[Any], dict[str, Any]]:
+    """The connection class and keyword arguments of a redis-py pool, minus what belongs
+    to that pool alone (its maintenance-notification handler)."""
+    kwargs = dict(pool.connection_kwargs)
+    kwargs.pop("maint_notifications_pool_handler", None)
+    return pool.connection_class, kwargs
+
+
+class ConnectionPool:
+    """Sync connections to one server, created on demand (see the module docstring)."""
+
+    def __init__(
+        self, connection_class: type[Any], kwargs: dict[str, Any], *, max_idle: int = MAX_IDLE
+    ) -> None:
+        self.connection_class = connection_class
+        self.kwargs = kwargs
+        self.max_idle = max_idle
+        self._idle: list[Any] = []
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} idle={len(self._idle)} {self.kwargs.get('host', '')}>"
+
+    @property
+    def idle(self) -> int:
+        """Connections ready for reuse."""
+        return len(self._idle)
+
+    def new(self) -> Any:
+        """A new, not yet connected connection (connects on first use)."""
+        return self.connection_class(**self.kwargs)
+
+    def get(self) -> Any:
+        """An idle connection, or a new one."""
+        with self._lock:
+            if self._idle:
+                return self._idle.pop()
+        return self.new()
+
+    def put(self, connection: Any) -> None:
+        """Give back a connection whose replies have all been read."""
+        with self._lock:
+            if len(self._idle) < self.max_idle:
+                self._idle.append(connection)
+                return
+        connection.disconnect()
+
+    def discard(self, connection: Any) -> None:
+        """Close a connection that may still have a reply in flight (never reused)."""
+        connection.disconnect()
+
+    def close(self) -> None:
+        """Close the idle connections (connections in use are closed when discarded)."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.disconnect()
+
+
+class AsyncConnectionPool:
+    """Async twin of :class:`ConnectionPool`, for one event loop."""
+
+    def __init__(
+        self, connection_class: type[Any], kwargs: dict[str, Any], *, max_idle: int = MAX_IDLE
+    ) -> None:
+        self.connection_class = connection_class
+        self.kwargs = kwargs
+        self.max_idle = max_idle
+        self._idle: list[Any] = []
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} idle={len(self._idle)} {self.kwargs.get('host', '')}>"
+
+    @property
+    def idle(self) -> int:
+        """Connections ready for reuse."""
+        return len(self._idle)
+
+    def get(self) -> Any:
+        """An idle connection, or a new one (connects on first use)."""
+        if self._idle:
+            return self._idle.pop()
+        return self.connection_class(**self.kwargs)
+
+    async def put(self, connection: Any) -> None:
+        """Give back a connection whose replies have all been read."""
+        if len(self._idle) < self.max_idle:
+            self._idle.append(connection)
+            return
+        await connection.disconnect()
+
+    async def discard(self, connection: Any) -> None:
+        """Close a connection that may still have a reply in flight (never reused)."""
+        await connection.disconnect()
+
+    async def close(self) -> None:
+        """Close the idle connections."""
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            await connection.disconnect()

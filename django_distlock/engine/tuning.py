@@ -1,0 +1,42 @@
+"""Timing knobs of the waiting and renewal protocol."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+__all__ = ["Tuning", "ms"]
+
+
+def ms(seconds: float) -> int:
+    """Seconds as whole milliseconds for Redis, rounded up (never 0)."""
+    return max(1, math.ceil(seconds * 1000))
+
+
+@dataclass(frozen=True, slots=True)
+class Tuning:
+    """Timing knobs of the waiting and renewal protocol (seconds)."""
+
+    wait_cap: float = 1.0
+    """Longest a waiter sleeps before re-checking, whatever the holder's lease. It bounds
+    the cost of a lost wake-up and is how often a fair waiter confirms it is alive."""
+    waiter_liveness: float = 3.0
+    """How long a fair waiter keeps its place in the queue without confirming."""
+    fence_memory: float = 3600.0
+    """How long a lock's fence counter outlives the lease of its last acquisition. Each
+    fence is ``max(counter + 1, server clock in µs)``, so the counter only matters while
+    the server clock could step back below the last fence; after it lapses the next
+    fence comes from the clock alone. One key of about 100 bytes per lock name lives
+    this long."""
+    server_wait: float = 30.0
+    """Server-side timeout of one outstanding ``BLPOP``. Waking up is timed by the
+    client (see ``AwaitWait``); this only cleans up after a vanished client."""
+    renewal_attempt: float = 1.0
+    """Longest one renewal attempt may take (less when the lease ends sooner). A renewal
+    that gets no answer in time is retried on a fresh connection while the lease lasts."""
+    fence_memory_ms: int = field(init=False)
+    waiter_liveness_ms: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "fence_memory_ms", ms(self.fence_memory))
+        object.__setattr__(self, "waiter_liveness_ms", ms(self.waiter_liveness))
