@@ -75,3 +75,64 @@ def test_a_failed_attempt_reports_the_holder_lease(redis_client):
         ACQUIRE.source, 8, *KEYS.all(), "newcomer", 1000, "{}", "raw", 60_000, "", 3000, "0", ""
     )
     assert reply == [0, -1]  # a key without expiry: unknown
+
+
+def acquire(redis_client, token: str, *, fence_memory_ms: int = 60_000, end_wait: str = ""):
+    return redis_client.eval(
+        ACQUIRE.source,
+        8,
+        *KEYS.all(),
+        token,
+        1000,
+        "{}",
+        "raw",
+        fence_memory_ms,
+        "",
+        3000,
+        "0",
+        end_wait,
+    )
+
+
+def test_a_retried_acquire_recognises_its_own_token(redis_client):
+    """redis-py retries a command whose reply was lost: the retry must report the lock
+    taken (with the same fence), not busy, or the caller would hold it unknowingly."""
+    first = acquire(redis_client, "mine")
+    assert first[0] == 1
+    assert acquire(redis_client, "mine") == first
+    assert acquire(redis_client, "mine2")[0] == 0  # a longer token is someone else
+    assert acquire(redis_client, "min")[0] == 0  # and so is a prefix
+
+
+def test_fence_is_the_larger_of_the_counter_and_the_server_clock(redis_client):
+    seconds, micros = redis_client.time()
+    redis_client.set(KEYS.fence, 10)  # a counter behind the clock: the clock wins
+    fence = int(acquire(redis_client, "a")[1])
+    assert fence >= seconds * 1_000_000 + micros
+    redis_client.delete(KEYS.lock)
+    ahead = fence + 10**12  # a counter ahead of the clock (it stepped back): counter + 1
+    redis_client.set(KEYS.fence, ahead)
+    assert int(acquire(redis_client, "b")[1]) == ahead + 1
+    assert int(redis_client.get(KEYS.fence)) == ahead + 1
+
+
+def test_the_fence_counter_outlives_the_lease_by_the_fence_memory(redis_client):
+    acquire(redis_client, "a", fence_memory_ms=5_000)
+    assert 5_900 < redis_client.pttl(KEYS.fence) <= 6_000  # lease 1 s + 5 s
+
+
+def test_acquire_drops_index_entries_of_locks_that_expired(redis_client):
+    redis_client.zadd(KEYS.index, {"crashed": 1, "alive": 2**52})
+    acquire(redis_client, "a")
+    assert redis_client.zrange(KEYS.index, 0, -1) == [b"raw", b"alive"]
+
+
+def test_ending_a_wait_pushes_a_mark_after_everything_else(redis_client):
+    """The mark must survive the script (a fair head's own list is cleared when it takes
+    the lock), so the BLPOP it ends always gets an answer."""
+    reply = acquire(redis_client, "a", end_wait="w1")
+    assert reply[0] == 1
+    assert redis_client.lrange(KEYS.wake("w1"), 0, -1) == [b"c"]
+    assert 0 < redis_client.pttl(KEYS.wake("w1")) <= 3000
+    redis_client.eval(PASS_ON.source, 8, *KEYS.all(), "", 3000, "0", "w2")
+    assert redis_client.lrange(KEYS.wake("w2"), 0, -1) == [b"c"]
