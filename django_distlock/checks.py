@@ -44,10 +44,11 @@ _HINTS = {
     "e.g. 'default'.",
     "URL": "Set DISTLOCK['URL'] to a redis:// URL, or remove it to use DISTLOCK['CACHE'].",
     "KEY_PREFIX": "Use a non-empty str without '{', '}' or NUL, e.g. 'distlock:'.",
-    "TIMEOUT": "Use a positive number of seconds, e.g. 30.",
+    "TIMEOUT": "Use a positive number of seconds, at most one year (MAX_SECONDS), e.g. 30.",
     "AUTO_RENEW": "Use True or False.",
     "EVENTS": f"Use one of {', '.join(map(repr, EVENT_MODES))} ('async' is the default).",
-    "EVENT_RETENTION": "Use a positive number of seconds, e.g. 30 * 24 * 3600 for 30 days.",
+    "EVENT_RETENTION": "Use a positive number of seconds, at most 100 years, "
+    "e.g. 30 * 24 * 3600 for 30 days.",
     "VIEW_ON_BUSY": "Use the dotted path of a callable on_busy(request, name, retry_after) "
     "that returns a response, or None for the default 423 response.",
     "VIEW_ON_UNAVAILABLE": "Use the dotted path of a callable on_unavailable(request, name) "

@@ -32,7 +32,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from .engine.exceptions import LockBackendUnavailable, LockError, LockLost
-from .engine.keys import validate_name
+from .engine.keys import MAX_SECONDS, validate_name
 
 if TYPE_CHECKING:
     from .engine import Lock
@@ -155,6 +155,10 @@ def seconds_type(*, allow_zero: bool) -> Any:
             raise argparse.ArgumentTypeError(str(exc)) from None
         if not allow_zero and value < 0.001:
             raise argparse.ArgumentTypeError(f"{text!r} must be more than zero seconds")
+        if value > MAX_SECONDS:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} must be at most {MAX_SECONDS} seconds (365 days)"
+            )
         return value
 
     seconds.__name__ = "seconds"

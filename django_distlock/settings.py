@@ -15,11 +15,15 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from .engine.keys import validate_prefix, validate_seconds
+from .engine.keys import MAX_SECONDS, validate_prefix, validate_seconds
 
 __all__ = ["DEFAULTS", "EVENT_MODES", "Config", "get_config"]
 
 EVENT_MODES = ("async", "sync", "off")
+
+# Events may be kept longer than a lock may last (MAX_SECONDS); still bounded, so that
+# "now minus the retention" stays a datetime.
+MAX_EVENT_RETENTION = 100 * MAX_SECONDS
 
 DEFAULTS: dict[str, Any] = {
     "CACHE": "default",
@@ -38,10 +42,11 @@ DEFAULTS: dict[str, Any] = {
 ``CACHE``: alias of the django-redis cache whose Redis holds the locks.
 ``URL``: a ``redis://`` URL to use instead of ``CACHE``.
 ``KEY_PREFIX``: every key this package writes starts with it.
-``TIMEOUT``: default lease in seconds (renewed while held when ``AUTO_RENEW``).
+``TIMEOUT``: default lease in seconds (renewed while held when ``AUTO_RENEW``), at most
+``MAX_SECONDS`` (one year).
 ``AUTO_RENEW``: default of ``distlock(auto_renew=...)``.
 ``EVENTS``: how lock events are recorded: ``"async"``, ``"sync"`` or ``"off"``.
-``EVENT_RETENTION``: seconds lock events are kept.
+``EVENT_RETENTION``: seconds lock events are kept (at most 100 years).
 ``VIEW_ON_BUSY``: dotted path of ``on_busy(request, name, retry_after)`` for views.
 ``VIEW_ON_UNAVAILABLE``: dotted path of ``on_unavailable(request, name)`` for views
 (answers when Redis is down; default: 503).
@@ -92,7 +97,9 @@ def _build(raw: Any) -> Config:
     try:
         prefix = validate_prefix(values["KEY_PREFIX"])
         timeout = validate_seconds(values["TIMEOUT"], "TIMEOUT")
-        retention = validate_seconds(values["EVENT_RETENTION"], "EVENT_RETENTION")
+        retention = validate_seconds(
+            values["EVENT_RETENTION"], "EVENT_RETENTION", maximum=MAX_EVENT_RETENTION
+        )
     except (TypeError, ValueError) as exc:
         raise ImproperlyConfigured(f"DISTLOCK: {exc}") from None
     return Config(

@@ -20,13 +20,13 @@ from typing import Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.utils.module_loading import import_string
 from django.views import View
 
 from .engine import Lock
 from .engine.exceptions import LockBackendUnavailable
-from .engine.keys import validate_seconds
+from .engine.keys import validate_name, validate_seconds
 from .locks import distlock
 from .settings import get_config
 
@@ -187,8 +187,18 @@ class _Namer:
                 )
 
     def __call__(self, request: HttpRequest, args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
+        """The lock name for this request; ``Http404`` when the URL's values cannot make
+        a valid one (too long, NUL, not UTF-8): such a URL names no object to lock, as a
+        URL that matches no pattern names no page."""
+        name = self._fill(request, args, kwargs)
+        try:
+            return validate_name(name, "lock name")
+        except ValueError as exc:
+            raise Http404(f"this URL gives no valid lock name: {exc}") from None
+
+    def _fill(self, request: HttpRequest, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         if callable(self.name):
-            return self.name(request, *args, **kwargs)  # type: ignore[no-any-return]
+            return self.name(request, *args, **kwargs)
         if not self.fields:
             return self.name
         values = {**kwargs, "request": request}

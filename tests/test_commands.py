@@ -176,6 +176,23 @@ def test_a_template_naming_a_missing_option_is_a_command_error(redis_client):
         _run(Broken())
 
 
+@pytest.mark.parametrize(
+    ("source", "problem"),
+    [
+        ("x" * 600, "at most 512 characters"),
+        ("a\x00b", "must not contain NUL"),
+        ("lone\ud800", "encodable as UTF-8"),
+    ],
+    ids=["600-chars", "nul", "surrogate"],
+)
+def test_an_option_that_cannot_be_in_the_lock_name_is_a_command_error(
+    redis_client, source, problem
+):
+    with pytest.raises(CommandError, match=rf"invalid lock for import_source: .*{problem}"):
+        _run("import_source", source)
+    assert redis_client.dbsize() == 0
+
+
 def test_a_custom_get_lock_name(redis_client):
     class Custom(LockedCommand):
         def get_lock_name(self, **options):
@@ -270,6 +287,9 @@ def test_redis_down_is_a_command_error_naming_redis(private_redis):
         ("--lock-wait=soon", "invalid duration 'soon'"),
         ("--lock-timeout=0", "must be more than zero seconds"),
         ("--lock-timeout=5w", "unknown unit 'w'"),
+        ("--lock-timeout=400d", "at most 31536000 seconds"),
+        ("--lock-timeout=1000000000000", "at most 31536000 seconds"),
+        ("--lock-wait=366d", "at most 31536000 seconds"),
     ],
 )
 def test_bad_lock_options_are_rejected(redis_client, option, message):

@@ -53,12 +53,21 @@ def test_follows_override_settings():
         ({"TIMEOUT": float("nan")}, "TIMEOUT must be finite"),
         ({"TIMEOUT": "30"}, "TIMEOUT must be a number"),
         ({"TIMEOUT": True}, "TIMEOUT must be a number"),
+        ({"TIMEOUT": 1e16}, "TIMEOUT must be at most 31536000 seconds"),
+        ({"TIMEOUT": 10**400}, "TIMEOUT must be at most 31536000 seconds"),
         ({"AUTO_RENEW": "yes"}, "AUTO_RENEW"),
         ({"EVENTS": "later"}, "EVENTS"),
         ({"EVENT_RETENTION": -1}, "EVENT_RETENTION must be positive"),
+        ({"EVENT_RETENTION": 1e16}, "EVENT_RETENTION must be at most"),
         ({"VIEW_FAIL_OPEN": 1}, "VIEW_FAIL_OPEN"),
     ],
 )
 def test_bad_values_are_improperly_configured(value, message):
     with override_settings(DISTLOCK=value), pytest.raises(ImproperlyConfigured, match=message):
         get_config()
+
+
+def test_event_retention_may_be_longer_than_a_lock_duration():
+    # MAX_SECONDS bounds leases and waits; keeping events for years is a fair wish.
+    with override_settings(DISTLOCK={"EVENT_RETENTION": 5 * 365 * 24 * 3600}):
+        assert get_config().event_retention == 5 * 365 * 24 * 3600

@@ -10,12 +10,14 @@ from collections.abc import Iterator
 import pytest
 from asgiref.sync import sync_to_async
 from django.core.exceptions import ImproperlyConfigured
-from django.http import HttpResponse
+from django.http import Http404, HttpResponse
 from django.test import Client, override_settings
+from django.urls import resolve
 from django.utils.decorators import method_decorator
 from django.views import View
 
 from django_distlock import LockLost, distlock
+from django_distlock.engine import MAX_NAME_LENGTH
 from django_distlock.engine.keys import index_key
 from django_distlock.views import (
     UNAVAILABLE_RETRY_AFTER,
@@ -24,7 +26,7 @@ from django_distlock.views import (
     locked_response,
 )
 from tests import view_urls
-from tests.engine.support import blocked_clients, wait_until
+from tests.engine.support import blocked_clients, closed_port, wait_until
 
 pytestmark = pytest.mark.urls("tests.view_urls")
 
@@ -238,6 +240,55 @@ def test_missing_request_attribute_is_improperly_configured(client, redis_client
         client.get("/missing-attribute/")
 
 
+TEXT_FLAVOURS = [*view_urls.TEXT_VIEWS, "user-doc"]
+
+
+@pytest.fixture
+def closed_redis_url() -> str:
+    """A URL nobody listens on: a view that reached Redis there would answer 503."""
+    return f"redis://127.0.0.1:{closed_port()}/0"
+
+
+HOSTILE_URL_VALUES = {"600-chars": "x" * 600, "nul": "a%00b", "nul-only": "%00"}
+
+
+@pytest.mark.parametrize("value", HOSTILE_URL_VALUES.values(), ids=HOSTILE_URL_VALUES.keys())
+@pytest.mark.parametrize("flavour", TEXT_FLAVOURS)
+def test_url_value_that_cannot_be_in_a_lock_name_answers_404(
+    client, closed_redis_url, flavour, value
+):
+    with override_settings(DISTLOCK={"EVENTS": "off", "URL": closed_redis_url}):
+        response = client.get(f"/text/{flavour}/{value}/")
+    assert response.status_code == 404
+
+
+@pytest.mark.parametrize("value", HOSTILE_URL_VALUES.values(), ids=HOSTILE_URL_VALUES.keys())
+@pytest.mark.parametrize("flavour", TEXT_FLAVOURS)
+async def test_url_value_that_cannot_be_in_a_lock_name_answers_404_to_async_client(
+    async_client, closed_redis_url, flavour, value
+):
+    with override_settings(DISTLOCK={"EVENTS": "off", "URL": closed_redis_url}):
+        response = await async_client.get(f"/text/{flavour}/{value}/")
+    assert response.status_code == 404
+
+
+@pytest.mark.parametrize("flavour", ["pay", "cbv", "mixin", "mixin-callable", "callable"])
+def test_url_value_not_encodable_as_utf8_raises_http404(rf, closed_redis_url, flavour):
+    # A WSGI/ASGI path cannot carry a lone surrogate; a view called directly can.
+    view = resolve(f"/text/{flavour}/x/").func
+    with (
+        override_settings(DISTLOCK={"EVENTS": "off", "URL": closed_redis_url}),
+        pytest.raises(Http404, match="lock name"),
+    ):
+        view(rf.get("/"), invoice_id="lone\ud800")
+
+
+def test_longest_url_value_that_fits_still_locks(client, redis_client):
+    value = "x" * (MAX_NAME_LENGTH - len("invoice:"))
+    response = client.get(f"/text/pay/{value}/")
+    assert response.json() == {"held": {f"invoice:{value}": "tests.view_urls.pay"}}
+
+
 def test_invalid_template_and_options_fail_at_decoration():
     with pytest.raises(ImproperlyConfigured, match="not a valid template"):
         lock_view("invoice:{")
@@ -249,6 +300,10 @@ def test_invalid_template_and_options_fail_at_decoration():
         lock_view("x", blocking_timeout=None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="timeout must be positive"):
         lock_view("x", timeout=0)
+    with pytest.raises(ValueError, match="timeout must be at most"):
+        lock_view("x", timeout=1e16)
+    with pytest.raises(ValueError, match="blocking_timeout must be at most"):
+        lock_view("x", blocking_timeout=10**400)
     with pytest.raises(TypeError, match="on_busy must be callable"):
         lock_view("x", on_busy="tests.view_urls.teapot_on_busy")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="fail_open must be a bool"):

@@ -209,6 +209,11 @@ class UnavailableMixinView(PayMixinView):
         return HttpResponse(f"mixin maintenance for {name}", status=418)
 
 
+@lock_view("doc:{request.user.pk}:{slug}")
+def user_doc(request: HttpRequest, slug: str) -> JsonResponse:
+    return _held()
+
+
 @lock_view("invoice:{invoice_id}")
 def reports_its_lock(request: HttpRequest, invoice_id: int) -> JsonResponse:
     lock = request.distlock  # type: ignore[attr-defined]
@@ -306,3 +311,19 @@ urlpatterns = [
     path("missing-kwarg/<int:invoice_id>/", MissingKwargView.as_view()),
     path("missing-attribute/", missing_attribute),
 ]
+
+# The guarded views again, on URLs whose value is any text: hostile input for lock names.
+TEXT_VIEWS = {
+    "pay": pay,
+    "apay": apay,
+    "cbv": PayView.as_view(),
+    "acbv": AsyncPayView.as_view(),
+    "mixin": PayMixinView.as_view(),
+    "amixin": AsyncPayMixinView.as_view(),
+    "mixin-callable": CallableNameMixinView.as_view(),
+    "callable": by_callable,
+}
+urlpatterns += [
+    path(f"text/{flavour}/<str:invoice_id>/", view) for flavour, view in TEXT_VIEWS.items()
+]
+urlpatterns += [path("text/user-doc/<str:slug>/", user_doc)]

@@ -18,11 +18,12 @@ from .exceptions import (
     LockNotAcquired,
     LockNotOwned,
 )
-from .keys import MAX_NAME_LENGTH, LockKeys, validate_name
+from .keys import MAX_NAME_LENGTH, MAX_SECONDS, LockKeys, validate_name
 from .lock import Lock
 
 __all__ = [
     "MAX_NAME_LENGTH",
+    "MAX_SECONDS",
     "Backend",
     "Event",
     "Lock",

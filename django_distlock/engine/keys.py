@@ -12,6 +12,7 @@ from typing import Any
 
 __all__ = [
     "MAX_NAME_LENGTH",
+    "MAX_SECONDS",
     "LockKeys",
     "index_key",
     "lock_key",
@@ -21,6 +22,12 @@ __all__ = [
 ]
 
 MAX_NAME_LENGTH = 512
+
+# One year. Every duration becomes milliseconds that the scripts add to the server
+# clock (about 1.8e12 ms today): the sum stays an exact integer in Lua's doubles (2**53)
+# and far below the overflow of Redis's PX/PEXPIRE (2**63 ms), and the renewer's timed
+# waits stay within what the OS accepts. Leases or waits longer than that are mistakes.
+MAX_SECONDS = 365 * 24 * 3600
 
 # Characters that would end or split a Redis Cluster hash tag inside a key.
 _TAG_ESCAPES = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D"})
@@ -48,20 +55,36 @@ def validate_name(name: Any, argument: str = "name") -> str:
     return name
 
 
-def validate_seconds(value: Any, argument: str, *, allow_zero: bool = False) -> float:
-    """Return ``value`` as a float number of seconds, rejecting non-finite values,
-    negatives, zero (unless ``allow_zero``) and non-numbers (including ``bool``)."""
+def validate_seconds(
+    value: Any, argument: str, *, allow_zero: bool = False, maximum: float = MAX_SECONDS
+) -> float:
+    """Return ``value`` as a float number of seconds, rejecting non-numbers (including
+    ``bool``), non-finite values, negatives, zero (unless ``allow_zero``) and anything
+    above ``maximum`` (default :data:`MAX_SECONDS`, one year)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(f"{argument} must be a number of seconds, not {type(value).__name__}")
-    seconds = float(value)
-    if not math.isfinite(seconds):
+    # Compared before float(): an int too large for a float must be refused, not overflow.
+    if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"{argument} must be finite, not {value!r}")
-    if seconds < 0 or (seconds == 0 and not allow_zero):
+    if value < 0 or (value == 0 and not allow_zero):
         bound = "zero or positive" if allow_zero else "positive"
-        raise ValueError(f"{argument} must be {bound}, not {value!r}")
-    if not allow_zero and seconds < 0.001:
+        raise ValueError(f"{argument} must be {bound}, not {_shown(value)}")
+    if not allow_zero and value < 0.001:
         raise ValueError(f"{argument} must be at least 0.001 seconds, not {value!r}")
-    return seconds
+    if value > maximum:
+        raise ValueError(
+            f"{argument} must be at most {maximum:.0f} seconds ({maximum / 86400:g} days), "
+            f"not {_shown(value)}"
+        )
+    return float(value)
+
+
+def _shown(value: int | float) -> str:
+    """``repr(value)``, except for ints too long to print usefully (or at all: Python
+    refuses to print ints of more than 4300 digits)."""
+    if isinstance(value, int) and abs(value) >= 10**30:
+        return f"an int of {value.bit_length()} bits"
+    return repr(value)
 
 
 def validate_prefix(prefix: Any) -> str:

@@ -45,6 +45,10 @@ from tests.engine.support import (
         ({"timeout": math.inf}, ValueError, "timeout"),
         ({"timeout": True}, TypeError, "timeout"),
         ({"timeout": "30"}, TypeError, "timeout"),
+        ({"timeout": 1e16}, ValueError, "timeout must be at most"),
+        pytest.param(
+            {"timeout": 10**400}, ValueError, "timeout must be at most", id="timeout=10**400"
+        ),
         ({"auto_renew": 1}, TypeError, "auto_renew"),
         ({"observer": "log"}, TypeError, "observer"),
     ],

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from redis.crc import key_slot
 
-from django_distlock.engine import MAX_NAME_LENGTH, LockKeys, validate_name
+from django_distlock.engine import MAX_NAME_LENGTH, MAX_SECONDS, LockKeys, validate_name
 from django_distlock.engine.keys import index_key, validate_prefix, validate_seconds
 
 EMOJI = "\N{GRINNING FACE}"
@@ -160,6 +160,60 @@ def test_invalid_seconds_are_rejected_naming_the_argument(value, error):
 def test_invalid_seconds_are_rejected_even_when_zero_is_allowed(value):
     with pytest.raises((TypeError, ValueError), match=r"^blocking_timeout "):
         validate_seconds(value, "blocking_timeout", allow_zero=True)
+
+
+@pytest.mark.parametrize("allow_zero", [False, True])
+def test_max_seconds_is_accepted(allow_zero):
+    assert validate_seconds(MAX_SECONDS, "timeout", allow_zero=allow_zero) == MAX_SECONDS
+    assert validate_seconds(float(MAX_SECONDS), "timeout", allow_zero=allow_zero) == MAX_SECONDS
+
+
+@pytest.mark.parametrize(
+    "value",
+    [MAX_SECONDS + 1, MAX_SECONDS + 0.001, 1e16, 2**63, 10**400, -(10**400), 1.7e308],
+    ids=["max+1", "max+1ms", "1e16", "2**63", "10**400", "-10**400", "1.7e308"],
+)
+@pytest.mark.parametrize("allow_zero", [False, True])
+def test_too_large_seconds_are_rejected_naming_the_argument(value, allow_zero):
+    # 10**400 used to raise OverflowError; 1e16 used to pass and fail in Redis.
+    with pytest.raises(ValueError, match=r"^extend_by must be "):
+        validate_seconds(value, "extend_by", allow_zero=allow_zero)
+
+
+def test_a_huge_int_is_not_printed_in_the_message():
+    with pytest.raises(ValueError, match=r"at most 31536000 seconds .* not an int of"):
+        validate_seconds(10**5000, "timeout")  # more digits than Python will print
+
+
+def test_a_larger_maximum_can_be_asked_for():
+    assert validate_seconds(2 * MAX_SECONDS, "retention", maximum=3 * MAX_SECONDS) > MAX_SECONDS
+    with pytest.raises(ValueError, match=r"^retention must be at most"):
+        validate_seconds(4 * MAX_SECONDS, "retention", maximum=3 * MAX_SECONDS)
+
+
+outside_seconds = st.one_of(
+    st.floats(max_value=0.001, exclude_max=True),
+    st.floats(min_value=MAX_SECONDS, exclude_min=True),
+    st.integers(max_value=0),
+    st.integers(min_value=MAX_SECONDS + 1),
+    st.sampled_from([math.nan, math.inf, -math.inf, 10**400, -(10**400)]),
+)
+
+
+@given(outside_seconds)
+def test_every_duration_outside_the_bounds_is_refused(value):
+    with pytest.raises((TypeError, ValueError), match=r"^timeout "):
+        validate_seconds(value, "timeout")
+
+
+@given(
+    st.one_of(
+        st.floats(min_value=0.001, max_value=MAX_SECONDS),
+        st.integers(min_value=1, max_value=MAX_SECONDS),
+    )
+)
+def test_every_duration_inside_the_bounds_is_accepted(value):
+    assert validate_seconds(value, "timeout") == value
 
 
 # -- prefix -----------------------------------------------------------------------------

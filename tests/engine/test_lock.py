@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from django_distlock.engine import (
     MAX_NAME_LENGTH,
+    MAX_SECONDS,
     Backend,
     Lock,
     LockBackendUnavailable,
@@ -774,7 +775,43 @@ async def test_bad_extend_arguments_are_rejected_before_anything_else(
         await api.extend(lock, *args, **kwargs)
 
 
-@pytest.mark.parametrize("seconds", [0, -2, math.nan, True])
+TOO_LONG = [MAX_SECONDS + 1, 1e16, 10**400]
+TOO_LONG_IDS = ["max+1", "1e16", "10**400"]
+
+
+@pytest.mark.parametrize("seconds", TOO_LONG, ids=TOO_LONG_IDS)
+async def test_durations_beyond_max_seconds_are_refused_before_any_network_call(
+    api, dead_backend, seconds
+):
+    # 1e16 used to reach Redis (and fail there after bumping the fence counter);
+    # 10**400 raised OverflowError.
+    for argument in ("timeout", "blocking_timeout"):
+        with pytest.raises(ValueError, match=rf"^{argument} must be at most {MAX_SECONDS} "):
+            Lock("ok", backend=dead_backend, **{argument: seconds})
+    lock = Lock("ok", backend=dead_backend)
+    with pytest.raises(ValueError, match=r"^blocking_timeout must be at most"):
+        await api.acquire(lock, blocking_timeout=seconds)
+    with pytest.raises(ValueError, match=r"^seconds must be at most"):
+        await api.extend(lock, seconds)
+
+
+async def test_the_longest_lease_and_wait_work_on_the_server(api, backend, redis_client):
+    lock = Lock("long", backend=backend, timeout=MAX_SECONDS, blocking_timeout=MAX_SECONDS)
+    await api.acquire(lock)
+    lease_ms = MAX_SECONDS * 1000
+    assert lease_ms - 5_000 < redis_client.pttl(lock_key("long")) <= lease_ms
+    await api.extend(lock, MAX_SECONDS)
+    assert 2 * lease_ms - 5_000 < redis_client.pttl(lock_key("long")) <= 2 * lease_ms
+    assert 2 * MAX_SECONDS - 5 < await api.ttl(lock) <= 2 * MAX_SECONDS
+    await api.release(lock)
+    assert redis_client.exists(lock_key("long")) == 0
+
+
+@pytest.mark.parametrize(
+    "seconds",
+    [0, -2, math.nan, True, 1e16, 10**400],
+    ids=["0", "-2", "nan", "True", "1e16", "10**400"],
+)
 async def test_bad_extend_of_a_held_lock_changes_nothing(api, backend, redis_client, seconds):
     lock = Lock("held", backend=backend, timeout=10, auto_renew=False)
     await api.acquire(lock)
