@@ -302,6 +302,17 @@ def test_run_program_not_found(redis_client):
     assert not redis_client.exists(lock_key("cron-job"))
 
 
+def test_run_a_program_whose_file_name_is_not_utf8(redis_client, tmp_path):
+    # Its name reaches Python with surrogates (surrogateescape) and, with "distlock run "
+    # before it, is longer than a context label may be.
+    program = tmp_path / os.fsdecode(b"job-\xff-" + b"j" * 240)
+    program.write_text("#!/bin/sh\nexit 5\n")
+    program.chmod(0o755)
+    code, err = run_cli("cron-job", "--", str(program))
+    assert code == 5, err
+    assert not redis_client.exists(lock_key("cron-job"))
+
+
 def test_run_without_a_program(redis_client):
     with pytest.raises(CommandError, match="run needs a program"):
         distlock_cli("run", "cron-job")

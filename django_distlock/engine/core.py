@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .exceptions import LockError
-from .keys import LockKeys
+from .keys import LockKeys, clean_label
 from .scripts import ACQUIRE, PASS_ON, RELEASE, Script
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ __all__ = [
     "owner_metadata",
 ]
 
-HOSTNAME = socket.gethostname()
+HOSTNAME = clean_label(socket.gethostname())
 
 
 def _ms(seconds: float) -> int:
@@ -194,7 +194,7 @@ def owner_metadata(*, thread: str, context: str, auto_renew: bool) -> str:
         {
             "host": HOSTNAME,
             "pid": os.getpid(),
-            "thread": thread,
+            "thread": clean_label(thread),
             "context": context,
             "auto_renew": auto_renew,
         },

@@ -28,7 +28,7 @@ from .core import (
 )
 from .exceptions import LockError, LockLost, LockNotAcquired, LockNotOwned
 from .io import BACKEND_ERRORS, AsyncDriver, SyncDriver, completed, unavailable
-from .keys import LockKeys, validate_name, validate_seconds
+from .keys import LockKeys, clean_label, validate_context, validate_name, validate_seconds
 from .scripts import EXTEND, RELEASE, TTL
 from .watchdog import loop_watchdog, thread_watchdog
 
@@ -49,12 +49,12 @@ UNSET: Any = _Unset()
 
 
 def _thread_label() -> str:
-    return threading.current_thread().name
+    return clean_label(threading.current_thread().name)
 
 
 def _task_label() -> str:
     task = asyncio.current_task()
-    return task.get_name() if task is not None else _thread_label()
+    return clean_label(task.get_name()) if task is not None else _thread_label()
 
 
 def _check_callable(value: Any, argument: str) -> Any:
@@ -119,9 +119,7 @@ class Lock:
         )
         self.auto_renew = _check_bool(auto_renew, "auto_renew", optional=True)
         self.on_lost = _check_callable(on_lost, "on_lost")
-        if not isinstance(context, str):
-            raise TypeError(f"context must be a str, not {type(context).__name__}")
-        self.context = context
+        self.context = validate_context(context)
         self.fair = _check_bool(fair, "fair")
         self.raise_on_lost = _check_bool(raise_on_lost, "raise_on_lost")
         self.retry_after: float | None = None

@@ -45,7 +45,7 @@ from django_distlock.commands import (
 )
 from django_distlock.engine import Lock
 from django_distlock.engine.exceptions import LockBackendUnavailable, LockError, LockLost
-from django_distlock.engine.keys import validate_name
+from django_distlock.engine.keys import clean_label, validate_name
 
 __all__ = [
     "EXIT_BUSY",
@@ -218,7 +218,7 @@ class _ProgramRun:
             blocking_timeout=wait,
             auto_renew=True,
             on_lost=self._on_lost,
-            context=f"distlock run {os.path.basename(program[0])}",
+            context=clean_label(f"distlock run {os.path.basename(program[0])}"),
         )
 
     def _error(self, message: str) -> None:
