@@ -30,6 +30,7 @@ from django.views.decorators.http import require_http_methods
 
 from . import chart
 from .commands import format_duration
+from .heldlocks import lock_server_eviction_policy
 from .models import HeldLock, LockEvent
 
 __all__ = ["HeldLockAdmin", "LockEventAdmin"]
@@ -236,6 +237,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             columns=columns,
             force_release_url=self._url("force_release"),
             select_label=_("Select this lock"),
+            eviction_policy=lock_server_eviction_policy(),
             **(extra_context or {}),
         )
         return TemplateResponse(request, "admin/django_distlock/heldlock/change_list.html", context)

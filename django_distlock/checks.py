@@ -9,6 +9,9 @@
 ``django_distlock.E005``  ``DISTLOCK["VIEW_ON_UNAVAILABLE"]`` does not import, is not
                           callable, or does not take ``(request, name)``
 ``django_distlock.W001``  Redis does not answer ``PING`` (``check --deploy`` only)
+``django_distlock.W002``  the lock server's ``maxmemory-policy`` is not ``noeviction``, so
+                          it can evict held locks (``check --deploy`` only; nothing is
+                          said when the policy cannot be read)
 ======================  ==============================================================
 """
 
@@ -29,15 +32,22 @@ from django.utils.module_loading import import_string
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from .engine.eviction import SAFE_EVICTION_POLICY, unsafe_eviction_policy
 from .settings import DEFAULTS, EVENT_MODES, Config, _build, get_config
 
-__all__ = ["PING_TIMEOUT", "TAG", "check_redis_answers", "check_settings"]
+__all__ = [
+    "PING_TIMEOUT",
+    "TAG",
+    "check_eviction_policy",
+    "check_redis_answers",
+    "check_settings",
+]
 
 TAG = "distlock"
 """Run only these checks with ``manage.py check --tag distlock``."""
 
 PING_TIMEOUT = 2.0
-"""Seconds the deploy check waits for Redis to connect and to answer ``PING``."""
+"""Seconds the deploy checks wait for Redis to connect and to answer."""
 
 _HINTS = {
     "CACHE": "Set DISTLOCK['CACHE'] to the alias of a django-redis cache in CACHES, "
@@ -186,47 +196,53 @@ def _redacted(url: str) -> str:
     return urlunsplit(parts._replace(netloc=user + netloc))
 
 
-@register(TAG, Tags.caches, deploy=True)
-def check_redis_answers(
-    app_configs: Sequence[AppConfig] | None, **kwargs: Any
-) -> list[CheckMessage]:
-    """W001 (``check --deploy``): the configured Redis answers ``PING`` within
-    :data:`PING_TIMEOUT` seconds. Skipped while the setting itself is invalid."""
+def _deploy_client(config: Config) -> tuple[str, redis.Redis | None, list[CheckMessage]]:
+    """The Redis URL of ``config`` and a client for the deploy checks (short timeouts, no
+    retries), or ``None`` and the W001 warning saying why there is none."""
     from .connections import redis_options
 
-    try:
-        config = get_config()
-    except ImproperlyConfigured:
-        return []  # check_settings reports it
     try:
         url, options = redis_options(config)
     except ImproperlyConfigured as exc:
         if _cache_errors(config):
-            return []  # check_settings reports it
-        return [
-            Warning(
-                f"django-distlock has no usable Redis URL: {exc}",
-                hint="Set the LOCATION of the cache DISTLOCK['CACHE'] names to a redis:// "
-                "URL, or set DISTLOCK['URL'].",
-                id="django_distlock.W001",
-            )
-        ]
+            return "", None, []  # check_settings reports it
+        warning = Warning(
+            f"django-distlock has no usable Redis URL: {exc}",
+            hint="Set the LOCATION of the cache DISTLOCK['CACHE'] names to a redis:// "
+            "URL, or set DISTLOCK['URL'].",
+            id="django_distlock.W001",
+        )
+        return "", None, [warning]
     options.update(
         socket_timeout=PING_TIMEOUT,
         socket_connect_timeout=PING_TIMEOUT,
         retry=Retry(NoBackoff(), 0),
     )
     try:
-        client = redis.Redis.from_url(url, **options)
+        return url, redis.Redis.from_url(url, **options), []
     except ValueError as exc:
-        return [
-            Warning(
-                f"Redis URL {_redacted(url)!r} of django-distlock is not usable: {exc}",
-                hint="Use a redis://, rediss:// or unix:// URL in DISTLOCK['URL'] or in "
-                "the LOCATION of the cache DISTLOCK['CACHE'] names.",
-                id="django_distlock.W001",
-            )
-        ]
+        warning = Warning(
+            f"Redis URL {_redacted(url)!r} of django-distlock is not usable: {exc}",
+            hint="Use a redis://, rediss:// or unix:// URL in DISTLOCK['URL'] or in "
+            "the LOCATION of the cache DISTLOCK['CACHE'] names.",
+            id="django_distlock.W001",
+        )
+        return url, None, [warning]
+
+
+@register(TAG, Tags.caches, deploy=True)
+def check_redis_answers(
+    app_configs: Sequence[AppConfig] | None, **kwargs: Any
+) -> list[CheckMessage]:
+    """W001 (``check --deploy``): the configured Redis answers ``PING`` within
+    :data:`PING_TIMEOUT` seconds. Skipped while the setting itself is invalid."""
+    try:
+        config = get_config()
+    except ImproperlyConfigured:
+        return []  # check_settings reports it
+    url, client, problems = _deploy_client(config)
+    if client is None:
+        return problems
     try:
         client.ping()
     except (redis.RedisError, OSError) as exc:
@@ -243,3 +259,39 @@ def check_redis_answers(
     finally:
         client.close()
     return []
+
+
+@register(TAG, Tags.caches, deploy=True)
+def check_eviction_policy(
+    app_configs: Sequence[AppConfig] | None, **kwargs: Any
+) -> list[CheckMessage]:
+    """W002 (``check --deploy``): the lock server's ``maxmemory-policy`` is
+    ``noeviction``. Any other policy lets Redis evict a held lock (``volatile-*`` too:
+    lock keys have a TTL), and another process then takes it while its holder still runs.
+    Says nothing when the policy cannot be read (W001 reports a Redis that does not
+    answer)."""
+    try:
+        config = get_config()
+    except ImproperlyConfigured:
+        return []  # check_settings reports it
+    url, client, _ = _deploy_client(config)
+    if client is None:
+        return []  # check_redis_answers reports it
+    try:
+        policy = unsafe_eviction_policy(client)
+    finally:
+        client.close()
+    if policy is None:
+        return []
+    return [
+        Warning(
+            f"Redis at {_redacted(url)!r} evicts keys when it is full (maxmemory-policy "
+            f"{policy}): a held lock can vanish, and another process take it while its "
+            "holder still runs",
+            hint="Point DISTLOCK['URL'] at a Redis configured with maxmemory-policy "
+            f"{SAFE_EVICTION_POLICY} (a server for locks, apart from the cache's), or set "
+            f"maxmemory-policy {SAFE_EVICTION_POLICY} on this one if nothing on it relies "
+            "on eviction.",
+            id="django_distlock.W002",
+        )
+    ]

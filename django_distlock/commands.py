@@ -32,7 +32,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from .engine.exceptions import LockBackendUnavailable, LockError, LockLost
-from .engine.keys import MAX_SECONDS, validate_name
+from .engine.keys import MAX_SECONDS, clean_label, validate_name
 
 if TYPE_CHECKING:
     from .engine import Lock
@@ -349,7 +349,7 @@ class LockedCommandMixin(_CommandBase):
                 blocking_timeout=wait,
                 auto_renew=True,
                 on_lost=lambda lock: self.on_lock_lost(),
-                context=f"manage.py {self.command_name}",
+                context=clean_label(f"manage.py {self.command_name}"),
             )
         except (TypeError, ValueError) as exc:
             raise CommandError(f"invalid lock for {self.command_name}: {exc}") from exc

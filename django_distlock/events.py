@@ -11,7 +11,9 @@ event. Signals are sent in every mode; rows are written according to
   process exit (waiting at most ``EXIT_TIMEOUT`` seconds). The buffer holds at most
   ``BUFFER_CAPACITY`` events: beyond that events are dropped, counted and logged. Database
   errors are logged at WARNING with the number of events lost, never raised into the
-  lock.
+  lock. A batch the database refuses is written again row by row, so that a row it
+  cannot store (say, text with a NUL on PostgreSQL) loses itself only; when the database
+  itself fails (unreachable, busy, table missing) the rest of the buffer is given up.
 - ``"sync"``: each event is written before the lock call returns, on the caller's
   connection and inside its transaction (a savepoint, so that a failed insert never
   breaks the caller's transaction). In a running event loop, where the ORM may not be
@@ -38,9 +40,9 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from django.db import connections, router, transaction
+from django.db import DatabaseError, DataError, IntegrityError, connections, router, transaction
 from django.dispatch import Signal
 from django.utils import timezone
 
@@ -331,11 +333,14 @@ class AsyncWriter:
             while buffer:
                 items = [buffer.popleft() for _ in range(min(len(buffer), self.capacity))]
                 try:
-                    _bulk_write(items, self.flush_size)
-                except Exception as error:  # noqa: BLE001 - DB down, table missing, ...
-                    self._failed += len(items)
-                    self.failed_total += len(items)
-                    self._last_error = f"{type(error).__name__}: {error}"
+                    written = _bulk_write(items, self.flush_size)
+                except Exception as error:  # noqa: BLE001 - a router failing, ...
+                    written = Written(lost=len(items), error=_describe(error), gave_up=True)
+                if written.lost:
+                    self._failed += written.lost
+                    self.failed_total += written.lost
+                    self._last_error = written.error
+                if written.gave_up:
                     failed = True
                     break
                 if len(buffer) < self.flush_size:
@@ -531,13 +536,62 @@ def _insert(items: Sequence[Item], alias: str) -> None:
             cursor.executemany(_insert_sql(connection), rows)
 
 
-def _bulk_write(items: Sequence[Item], batch_size: int) -> None:
-    """Write ``items`` from the writer thread, ``batch_size`` rows per statement."""
+class Written(NamedTuple):
+    """What :func:`_bulk_write` could not write."""
+
+    lost: int = 0
+    """Rows not written."""
+    error: str = ""
+    """The last failure: the database's error, and the lock of the row it refused."""
+    gave_up: bool = False
+    """The database itself failed: the rows after the failure were not tried."""
+
+
+def _row_error(error: Exception, alias: str) -> bool:
+    """Whether ``error`` is about the rows sent rather than about the database: a value
+    it refuses (``DataError``, raised by the driver or at ``COPY``) or a constraint
+    (``IntegrityError``, possibly at ``COMMIT`` for a deferred foreign key). Anything
+    else (unreachable, busy, table missing) would fail every row again."""
+    driver = connections[alias].Database
+    refused = (DataError, IntegrityError, driver.DataError, driver.IntegrityError)
+    return isinstance(error, refused) or not isinstance(error, (DatabaseError, driver.Error))
+
+
+def _describe(error: Exception, event: Event | None = None) -> str:
+    about = f"lock {event.name!r}: " if event is not None else ""
+    return f"{about}{type(error).__name__}: {error}"
+
+
+def _bulk_write(items: Sequence[Item], batch_size: int) -> Written:
+    """Write ``items`` from the writer thread, ``batch_size`` rows per statement (each in
+    its own transaction); return what could not be written.
+
+    A batch refused for its rows is written again row by row: only the rows the database
+    refuses are lost. When the database itself fails, the rows not yet written are lost
+    and the rest is not tried (each try could wait for a timeout).
+    """
     from .models import LockEvent
 
     alias = router.db_for_write(LockEvent)
+    lost, last_error = 0, ""
     for start in range(0, len(items), batch_size):
-        _insert(items[start : start + batch_size], alias)
+        batch = items[start : start + batch_size]
+        try:
+            _insert(batch, alias)
+            continue
+        except Exception as error:  # noqa: BLE001 - sorted out below
+            if not _row_error(error, alias):
+                return Written(lost + len(items) - start, _describe(error), gave_up=True)
+        for offset, item in enumerate(batch):
+            try:
+                _insert([item], alias)
+            except Exception as error:  # noqa: BLE001
+                if not _row_error(error, alias):
+                    unwritten = len(items) - start - offset
+                    return Written(lost + unwritten, _describe(error), gave_up=True)
+                lost += 1
+                last_error = _describe(error, item[0])
+    return Written(lost, last_error)
 
 
 _sync_failures = {"count": 0, "quiet_until": 0.0}
@@ -566,10 +620,10 @@ def _write_sync(item: Item) -> None:
             if opened_here and not connection.in_atomic_block:
                 connection.close()
     except Exception as error:  # noqa: BLE001 - never break the lock
-        _report_sync_failure(error)
+        _report_sync_failure(error, item[0])
 
 
-def _report_sync_failure(error: Exception) -> None:
+def _report_sync_failure(error: Exception, event: Event) -> None:
     now = time.monotonic()
     with _sync_failures_lock:
         _sync_failures["count"] += 1
@@ -578,10 +632,9 @@ def _report_sync_failure(error: Exception) -> None:
         count, _sync_failures["count"] = _sync_failures["count"], 0
         _sync_failures["quiet_until"] = now + REPORT_INTERVAL
     logger.warning(
-        "django-distlock: could not record %d lock event(s), they are lost (%s: %s)",
+        "django-distlock: could not record %d lock event(s), they are lost (%s)",
         count,
-        type(error).__name__,
-        error,
+        _describe(error, event),
     )
 
 

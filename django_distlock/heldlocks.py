@@ -32,6 +32,7 @@ from redis.exceptions import NoScriptError
 
 from .connections import get_backend
 from .engine.core import Call
+from .engine.eviction import unsafe_eviction_policy
 from .engine.io import BACKEND_ERRORS, SyncDriver, unavailable
 from .engine.keys import LockKeys, index_key, lock_key, validate_name
 from .engine.listing import (
@@ -48,7 +49,13 @@ if TYPE_CHECKING:
     from .engine import Backend
     from .models import HeldLock
 
-__all__ = ["MGET_CHUNK", "HeldLockManager", "HeldLockQuerySet", "release_held_lock"]
+__all__ = [
+    "MGET_CHUNK",
+    "HeldLockManager",
+    "HeldLockQuerySet",
+    "lock_server_eviction_policy",
+    "release_held_lock",
+]
 
 MGET_CHUNK = 1000
 """Keys read per ``MGET`` or ``ZMSCORE`` (the chunks of one read go in one pipeline)."""
@@ -536,6 +543,17 @@ class HeldLockManager(models.Manager):  # type: ignore[type-arg]
     def get_queryset(self) -> HeldLockQuerySet:  # type: ignore[override]
         """A :class:`HeldLockQuerySet` over every held lock under the configured prefix."""
         return HeldLockQuerySet(self.model)
+
+
+def lock_server_eviction_policy() -> str | None:
+    """The lock server's ``maxmemory-policy`` if it can evict held locks (anything but
+    ``noeviction``), else ``None``, also when it cannot be read. For the listings (the
+    admin, ``distlock list``) to warn operators: one round trip, never raises.
+
+    >>> lock_server_eviction_policy()                   # doctest: +SKIP
+    'allkeys-lru'
+    """
+    return unsafe_eviction_policy(get_backend().client)
 
 
 def release_held_lock(held: HeldLock, *, force: bool = False, by: Any = None) -> bool:

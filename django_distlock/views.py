@@ -26,7 +26,7 @@ from django.views import View
 
 from .engine import Lock
 from .engine.exceptions import LockBackendUnavailable
-from .engine.keys import validate_name, validate_seconds
+from .engine.keys import clean_label, validate_name, validate_seconds
 from .locks import distlock
 from .settings import get_config
 
@@ -119,6 +119,7 @@ def _settings_on_unavailable(request: HttpRequest, name: str) -> Any:
 
 
 def _dotted_path(view: Any) -> str:
+    """The context label of a guarded view: its dotted path, cut to fit a label."""
     view_class = getattr(view, "view_class", None)  # View.as_view()
     if view_class is None:
         instance = _bound_view(view)
@@ -126,7 +127,7 @@ def _dotted_path(view: Any) -> str:
     target = view_class if view_class is not None else view
     module = getattr(target, "__module__", None) or "?"
     qualname = getattr(target, "__qualname__", None) or type(target).__qualname__
-    return f"{module}.{qualname}"
+    return clean_label(f"{module}.{qualname}")
 
 
 def _bound_view(view: Any) -> View | None:
@@ -488,7 +489,7 @@ class LockViewMixin:
             )
         guard = _Guard(
             self.lock_name,
-            context=f"{view.__module__}.{view.__qualname__}",
+            context=clean_label(f"{view.__module__}.{view.__qualname__}"),
             blocking_timeout=self.lock_blocking_timeout,
             timeout=self.lock_timeout,
             auto_renew=self.lock_auto_renew,

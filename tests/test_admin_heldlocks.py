@@ -143,6 +143,17 @@ def test_changelist_lists_held_locks_with_their_owner(admin, hold):
     assert f'value="{_selection(lock)}"' in html
 
 
+def test_changelist_warns_when_the_lock_server_evicts_keys(admin, private_redis):
+    warning = "the lock server evicts keys (maxmemory-policy volatile-lru): held locks can vanish"
+    with override_settings(DISTLOCK={"URL": private_redis.url, "EVENTS": "off"}):
+        assert warning not in admin.get(CHANGELIST).content.decode()
+        private_redis.client().config_set("maxmemory-policy", "volatile-lru")
+        html = admin.get(CHANGELIST).content.decode()
+    assert warning in html
+    assert "Use noeviction." in html
+    assert "No lock is held." in html
+
+
 def test_changelist_owner_and_held_for(admin, hold):
     hold.enter_context(distlock("job", timeout=30))
     html = admin.get(CHANGELIST).content.decode()

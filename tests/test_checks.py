@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import pytest
+import redis
+from django.core.cache import cache
 from django.core.checks import Error, Warning, registry, run_checks
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
-from django_distlock.checks import check_redis_answers, check_settings
+from django_distlock import distlock
+from django_distlock.checks import check_eviction_policy, check_redis_answers, check_settings
 
 LOCMEM = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
@@ -34,8 +37,11 @@ def test_checks_are_registered_with_tags_and_deploy_only_ping():
     assert check_settings in normal
     assert check_redis_answers not in normal
     assert check_redis_answers in everything
+    assert check_eviction_policy not in normal
+    assert check_eviction_policy in everything
     assert "distlock" in check_settings.tags
     assert "distlock" in check_redis_answers.tags
+    assert "distlock" in check_eviction_policy.tags
 
 
 # -- E001 --------------------------------------------------------------------------------
@@ -239,3 +245,90 @@ def test_w001_unusable_url_is_reported():
 def test_w001_is_skipped_while_the_setting_is_invalid():
     with override_settings(CACHES=LOCMEM):
         assert ids(distlock_messages(deploy=True)) == ["django_distlock.E003"]
+
+
+# -- W002 --------------------------------------------------------------------------------
+
+EVICTING = ["--maxmemory", "2mb", "--maxmemory-policy", "allkeys-lru"]
+
+
+def test_an_evicting_cache_server_drops_a_held_lock_and_w002_says_so(redis_server_factory):
+    # The default: locks on the cache's Redis, which a cache usually runs with an LRU
+    # policy. Cache writes evict the lock key and a second owner takes the lock while the
+    # first still believes it holds it.
+    server = redis_server_factory(EVICTING)
+    caches = {"default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": server.url}}
+    client = server.client()
+    with override_settings(CACHES=caches, DISTLOCK={"EVENTS": "off"}):
+        first = distlock("invoice:42", timeout=60, auto_renew=False)
+        assert first.acquire()
+        page = b"x" * 10_000
+        for batch in range(400):  # at most 40 MB: 20 times maxmemory
+            if not client.exists("distlock:{invoice:42}"):
+                break
+            cache.set_many({f"page:{batch}:{number}": page for number in range(10)})
+        assert not client.exists("distlock:{invoice:42}")
+        second = distlock("invoice:42", blocking=False)
+        assert second.acquire()
+        assert (first.held, second.held) == (True, True)  # two owners at once
+        second.release()
+        [warning] = distlock_messages(deploy=True)
+        assert distlock_messages(deploy=False) == []
+    client.close()
+    assert isinstance(warning, Warning)
+    assert warning.id == "django_distlock.W002"
+    assert f"Redis at {server.url!r}" in warning.msg
+    assert "maxmemory-policy allkeys-lru" in warning.msg
+    assert "DISTLOCK['URL']" in warning.hint
+    assert "maxmemory-policy noeviction" in warning.hint
+
+
+@pytest.mark.parametrize("policy", ["volatile-lru", "volatile-ttl", "allkeys-random"])
+def test_w002_for_every_policy_but_noeviction(private_redis, policy):
+    client = private_redis.client()
+    with override_settings(DISTLOCK={"URL": private_redis.url}):
+        assert distlock_messages(deploy=True) == []  # noeviction, the server's default
+        client.config_set("maxmemory-policy", policy)
+        [warning] = distlock_messages(deploy=True)
+    client.close()
+    assert warning.id == "django_distlock.W002"
+    assert f"maxmemory-policy {policy}" in warning.msg
+
+
+def _user_url(server, username: str, *commands: str) -> str:
+    """A URL of ``server`` for a new ACL user allowed everything but ``commands``."""
+    client = server.client()
+    client.acl_setuser(
+        username,
+        enabled=True,
+        passwords=["+pw"],
+        keys=["*"],
+        commands=["+@all", *(f"-{command}" for command in commands)],
+    )
+    client.close()
+    return server.url.replace("redis://", f"redis://{username}:pw@", 1)
+
+
+def test_w002_reads_info_where_config_is_not_allowed(private_redis):
+    url = _user_url(private_redis, "app", "config")
+    with redis.Redis.from_url(url) as client, pytest.raises(redis.exceptions.NoPermissionError):
+        client.config_get("maxmemory-policy")
+    private_redis.client().config_set("maxmemory-policy", "allkeys-lru")
+    with override_settings(DISTLOCK={"URL": url}):
+        [warning] = distlock_messages(deploy=True)
+    assert warning.id == "django_distlock.W002"
+    assert "maxmemory-policy allkeys-lru" in warning.msg
+    assert ":pw@" not in warning.msg
+
+
+def test_w002_says_nothing_when_the_policy_cannot_be_read(private_redis):
+    url = _user_url(private_redis, "app", "config", "info")
+    private_redis.client().config_set("maxmemory-policy", "allkeys-lru")
+    with override_settings(DISTLOCK={"URL": url}):
+        assert distlock_messages(deploy=True) == []
+
+
+def test_w002_says_nothing_when_redis_is_down(private_redis):
+    with override_settings(DISTLOCK={"URL": private_redis.url}):
+        private_redis.stop()
+        assert ids(distlock_messages(deploy=True)) == ["django_distlock.W001"]

@@ -69,8 +69,9 @@ def python(code: str) -> list[str]:
 
 
 def test_list_without_locks(redis_client):
-    out, _ = distlock_cli("list")
+    out, err = distlock_cli("list")
     assert out == "No locks held.\n"
+    assert err == ""  # the suite's server never evicts
 
 
 def test_list_is_a_table_ordered_by_name(redis_client):
@@ -109,6 +110,38 @@ def test_list_is_a_table_ordered_by_name(redis_client):
     assert footer == "2 locks held."
     # Fixed width: every column starts at the same offset on every line.
     assert header.index("CONTEXT") == first.index("shop.views.pay") == second.index("manage.py")
+
+
+EVICTION_WARNING = (
+    "Warning: the lock server evicts keys (maxmemory-policy allkeys-lru): held locks can "
+    "vanish. Use noeviction."
+)
+
+
+def test_list_warns_when_the_lock_server_evicts_keys(private_redis):
+    private_redis.client().config_set("maxmemory-policy", "allkeys-lru")
+    with override_settings(DISTLOCK={"URL": private_redis.url, "EVENTS": "off"}):
+        out, err = distlock_cli("list")
+        assert out == "No locks held.\n"
+        assert err == EVICTION_WARNING + "\n"
+        with distlock("invoice:42"):
+            out, err = distlock_cli("list")
+    assert out.splitlines()[-1] == "1 lock held."
+    assert err == EVICTION_WARNING + "\n"
+
+
+def test_list_says_nothing_of_eviction_it_cannot_read(private_redis):
+    # A user who may not read the server's configuration still gets the listing.
+    admin = private_redis.client()
+    admin.config_set("maxmemory-policy", "allkeys-lru")
+    admin.acl_setuser(
+        "app", enabled=True, passwords=["+pw"], keys=["*"], commands=["+@all", "-config", "-info"]
+    )
+    url = private_redis.url.replace("redis://", "redis://app:pw@", 1)
+    with override_settings(DISTLOCK={"URL": url, "EVENTS": "off"}), distlock("invoice:42"):
+        out, err = distlock_cli("list")
+    assert out.splitlines()[-1] == "1 lock held."
+    assert err == ""
 
 
 def test_list_prefix_filters(redis_client):
@@ -299,6 +332,17 @@ def test_run_program_not_found(redis_client):
     code, err = run_cli("cron-job", "--", "/nonexistent/program")
     assert code == EXIT_NOT_FOUND
     assert "program not found" in err
+    assert not redis_client.exists(lock_key("cron-job"))
+
+
+def test_run_a_program_whose_file_name_is_not_utf8(redis_client, tmp_path):
+    # Its name reaches Python with surrogates (surrogateescape) and, with "distlock run "
+    # before it, is longer than a context label may be.
+    program = tmp_path / os.fsdecode(b"job-\xff-" + b"j" * 240)
+    program.write_text("#!/bin/sh\nexit 5\n")
+    program.chmod(0o755)
+    code, err = run_cli("cron-job", "--", str(program))
+    assert code == 5, err
     assert not redis_client.exists(lock_key("cron-job"))
 
 

@@ -227,6 +227,18 @@ def test_mixin_works_with_any_base_command_subclass(redis_client):
     assert out == "base manage.py test_commands\n"
 
 
+def test_a_command_name_too_long_for_a_context_label_is_cut_to_fit(redis_client):
+    class Command(LockedCommand):
+        lock_name = "long-command"
+
+        def handle(self, *args, **options):
+            self.stdout.write(stored_lock(redis_client, "long-command").owner["context"])
+
+    Command.__module__ = "app.management.commands." + "c" * 250
+    out, _ = _run(Command())
+    assert out == ("manage.py " + "c" * 250)[:255] + "\n"
+
+
 def test_lock_lost_while_running_fails_even_if_handle_returns(redis_client):
     lost = threading.Event()
 

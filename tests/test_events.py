@@ -12,6 +12,7 @@ import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from django.utils import timezone
 
 from django_distlock import LockLost, distlock, events
 from django_distlock.connections import get_backend
-from django_distlock.engine import Lock
+from django_distlock.engine import Event, Lock
 from django_distlock.engine.core import HOSTNAME
 from django_distlock.events import flush_events, prune_events, record_force_release
 from django_distlock.models import HeldLock, LockEvent
@@ -56,8 +57,9 @@ def writes(monkeypatch):
     real = events._bulk_write
 
     def bulk_write(items, batch_size):
-        real(items, batch_size)
+        result = real(items, batch_size)
         written.set()
+        return result
 
     monkeypatch.setattr(events, "_bulk_write", bulk_write)
     return written
@@ -242,12 +244,22 @@ def test_the_writer_fills_every_column():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_long_labels_are_truncated_to_fit(redis_client, event_writer):
+def test_long_labels_are_refused_or_cut_to_fit(redis_client, event_writer):
     event_writer()
-    with events_mode("async"), distlock("labels", context="c" * 300):
-        pass
+    with pytest.raises(ValueError, match="context must be at most 255 characters"):
+        distlock("labels", context="c" * 256)
+
+    def hold() -> None:
+        with distlock("labels", context="c" * 255):
+            pass
+
+    with events_mode("async"):
+        thread = threading.Thread(target=hold, name="t" * 300)
+        thread.start()
+        thread.join()
     flush_events()
-    assert [len(row.context) for row in LockEvent.objects.filter(name="labels")] == [255, 255]
+    rows = LockEvent.objects.filter(name="labels")
+    assert [(len(row.context), len(row.thread)) for row in rows] == [(255, 255), (255, 255)]
 
 
 # -- the async writer ------------------------------------------------------------------
@@ -312,6 +324,96 @@ def test_the_child_of_a_fork_starts_with_an_empty_writer(monkeypatch):
     monkeypatch.setattr(events, "_writer", events.AsyncWriter())
     events._forget_writer_after_fork()
     assert events._writer is None
+
+
+# -- bad rows --------------------------------------------------------------------------
+
+
+class EventsTo:
+    """A database router sending the lock events to ``alias``."""
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+
+    def db_for_read(self, model, **hints):
+        return self.alias if model is LockEvent else None
+
+    db_for_write = db_for_read
+
+
+def good_item(number: int) -> events.Item:
+    event = Event(
+        kind="acquired", name=f"good:{number:02}", fence=number, context="ctx", host="h",
+        pid=1, thread="t", at=time.time(),
+    )  # fmt: skip
+    return event, None
+
+
+def bad_item(kind: str) -> events.Item:
+    """A row the database refuses, built directly as nothing in the package would."""
+    if kind == "nul":  # PostgreSQL text cannot hold NUL
+        event = Event(
+            kind="acquired", name="bad", fence=1, context="a\x00b", host="h", pid=1,
+            thread="t\x00", at=time.time(),
+        )  # fmt: skip
+        return event, None
+    # A force release by a user deleted before the event was written.
+    event = Event(
+        kind="force_released", name="bad", fence=1, context="", host="h", pid=1, thread="t",
+        at=time.time(),
+    )  # fmt: skip
+    return event, 987654
+
+
+BAD_ROWS = [
+    pytest.param("default", "missing-user", "foreign key", id="sqlite-missing-user"),
+    pytest.param("pg", "nul", "NUL", id="postgresql-nul"),
+    pytest.param("pg", "missing-user", "foreign key", id="postgresql-missing-user"),
+]
+
+
+def stored_names(alias: str) -> list[str]:
+    return sorted(LockEvent.objects.using(alias).values_list("name", flat=True))
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+@pytest.mark.parametrize(("alias", "bad", "error"), BAD_ROWS)
+def test_a_bad_row_loses_only_itself_in_async_mode(alias, bad, error, event_writer, caplog):
+    writer = event_writer(flush_size=10)  # 46 rows: 5 sub-batches, the bad row in the 3rd
+    items = [good_item(number) for number in range(45)]
+    items.insert(23, bad_item(bad))
+    with (
+        override_settings(DATABASE_ROUTERS=[EventsTo(alias)]),
+        caplog.at_level(logging.WARNING, logger="django_distlock.events"),
+    ):
+        for item in items:
+            writer.append(item)
+        assert writer.flush(30)
+        assert stored_names(alias) == [f"good:{number:02}" for number in range(45)]
+    assert writer.failed_total == 1
+    [record] = [r for r in caplog.records if "could not record" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    message = record.getMessage()
+    assert "could not record 1 lock event(s)" in message
+    assert "lock 'bad'" in message
+    assert error.lower() in message.lower()
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "pg"])
+@pytest.mark.parametrize(("alias", "bad", "error"), BAD_ROWS)
+def test_a_bad_row_is_logged_and_never_raised_in_sync_mode(alias, bad, error, caplog, monkeypatch):
+    monkeypatch.setattr(events, "_sync_failures", {"count": 0, "quiet_until": 0.0})
+    with (
+        override_settings(DATABASE_ROUTERS=[EventsTo(alias)]),
+        caplog.at_level(logging.WARNING, logger="django_distlock.events"),
+    ):
+        events._write_sync(bad_item(bad))
+        events._write_sync(good_item(1))
+        assert stored_names(alias) == ["good:01"]
+    [record] = [r for r in caplog.records if "could not record" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    assert "lock 'bad'" in record.getMessage()
+    assert error.lower() in record.getMessage().lower()
 
 
 # -- outages ---------------------------------------------------------------------------

@@ -556,6 +556,28 @@ def test_method_decorator_on_inherited_dispatch_labels_the_subclass(rf, redis_cl
     assert "django.views" not in context
 
 
+def test_a_view_path_too_long_for_a_context_label_is_cut_to_fit(rf, redis_client):
+    long = "Nested." * 40
+
+    def pay(request):
+        return HttpResponse(json.dumps(view_urls.held_locks()))
+
+    pay.__qualname__ = long + "pay"
+
+    class Pay(LockViewMixin, View):
+        lock_name = "long-path"
+
+        def get(self, request):
+            return pay(request)
+
+    Pay.__qualname__ = long + "Pay"
+    for view, path in [(lock_view("long-path")(pay), pay), (Pay.as_view(), Pay)]:
+        response = view(rf.get("/"))
+        assert response.status_code == 200
+        (context,) = json.loads(response.content).values()
+        assert context == f"{__name__}.{path.__qualname__}"[:255]
+
+
 def test_mixin_options_reach_the_lock(rf, redis_client):
     class Options(LockViewMixin, View):
         lock_name = "opts"

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import process
 from .exceptions import LockError
-from .keys import LockKeys
+from .keys import LockKeys, clean_label
 from .scripts import ACQUIRE, PASS_ON, RELEASE, Script
 from .tuning import Tuning, ms
 
@@ -43,7 +43,7 @@ __all__ = [
     "owner_metadata",
 ]
 
-HOSTNAME = socket.gethostname()
+HOSTNAME = clean_label(socket.gethostname())
 
 
 @dataclass(slots=True)
@@ -189,7 +189,7 @@ def owner_metadata(*, thread: str, context: str, auto_renew: bool) -> str:
         {
             "host": HOSTNAME,
             "pid": os.getpid(),
-            "thread": thread,
+            "thread": clean_label(thread),
             "context": context,
             "auto_renew": auto_renew,
         },

@@ -11,17 +11,23 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "MAX_CONTEXT_LENGTH",
     "MAX_NAME_LENGTH",
     "MAX_SECONDS",
     "LockKeys",
+    "clean_label",
     "index_key",
     "lock_key",
+    "validate_context",
     "validate_name",
     "validate_prefix",
     "validate_seconds",
 ]
 
 MAX_NAME_LENGTH = 512
+MAX_CONTEXT_LENGTH = 255
+"""Characters of a context label and of an owner's host and thread (the size of their
+``LockEvent`` columns)."""
 
 # One year. Every duration becomes milliseconds that the scripts add to the server
 # clock (about 1.8e12 ms today): the sum stays an exact integer in Lua's doubles (2**53)
@@ -53,6 +59,46 @@ def validate_name(name: Any, argument: str = "name") -> str:
     except UnicodeEncodeError as exc:
         raise ValueError(f"{argument} must be encodable as UTF-8 ({exc.reason})") from None
     return name
+
+
+def validate_context(value: Any, argument: str = "context") -> str:
+    """Return ``value`` if it is a usable context label, else raise ``TypeError``/
+    ``ValueError``.
+
+    A context is a ``str`` (possibly empty) of at most 255 characters with no NUL, that
+    UTF-8 can encode: it is stored with the lock in Redis and in ``LockEvent.context``,
+    and a value the database refuses would cost the events written with it.
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"{argument} must be a str, not {type(value).__name__}")
+    if len(value) > MAX_CONTEXT_LENGTH:
+        raise ValueError(
+            f"{argument} must be at most {MAX_CONTEXT_LENGTH} characters, not {len(value)}"
+        )
+    if "\x00" in value:
+        raise ValueError(f"{argument} must not contain NUL characters")
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"{argument} must be encodable as UTF-8 ({exc.reason})") from None
+    return value
+
+
+def clean_label(text: str, limit: int = MAX_CONTEXT_LENGTH) -> str:
+    """``text`` without NUL and lone surrogates, cut to ``limit`` characters: a label we
+    did not choose (a thread or task name, the host name, a file name decoded with
+    ``surrogateescape``) made fit to store, where refusing it would break the lock.
+
+    >>> clean_label("worker\\x00-\\udcff1")
+    'worker-1'
+    """
+    if "\x00" in text:
+        text = text.replace("\x00", "")
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        text = text.encode(errors="ignore").decode()
+    return text[:limit]
 
 
 def validate_seconds(

@@ -29,7 +29,7 @@ from .core import (
 )
 from .exceptions import LockError, LockLost, LockNotAcquired, LockNotOwned
 from .io import BACKEND_ERRORS, AsyncDriver, SyncDriver, completed, unavailable
-from .keys import LockKeys, validate_name, validate_seconds
+from .keys import LockKeys, clean_label, validate_context, validate_name, validate_seconds
 from .scripts import EXTEND, RELEASE, TTL
 from .watchdog import loop_watchdog, thread_watchdog
 
@@ -63,7 +63,7 @@ def current_task_or_thread() -> Any:
 
 def _owner_label(owner: Any) -> str:
     get_name = getattr(owner, "get_name", None)
-    return get_name() if get_name is not None else owner.name
+    return clean_label(get_name() if get_name is not None else owner.name)
 
 
 def _check_callable(value: Any, argument: str) -> Any:
@@ -134,9 +134,7 @@ class Lock:
         )
         self.auto_renew = _check_bool(auto_renew, "auto_renew", optional=True)
         self.on_lost = _check_callable(on_lost, "on_lost")
-        if not isinstance(context, str):
-            raise TypeError(f"context must be a str, not {type(context).__name__}")
-        self.context = context
+        self.context = validate_context(context)
         self.fair = _check_bool(fair, "fair")
         self.raise_on_lost = _check_bool(raise_on_lost, "raise_on_lost")
         self.retry_after: float | None = None

@@ -10,7 +10,14 @@ from hypothesis import strategies as st
 from redis.crc import key_slot
 
 from django_distlock.engine import MAX_NAME_LENGTH, MAX_SECONDS, LockKeys, validate_name
-from django_distlock.engine.keys import index_key, validate_prefix, validate_seconds
+from django_distlock.engine.keys import (
+    MAX_CONTEXT_LENGTH,
+    clean_label,
+    index_key,
+    validate_context,
+    validate_prefix,
+    validate_seconds,
+)
 
 EMOJI = "\N{GRINNING FACE}"
 
@@ -239,6 +246,62 @@ def test_invalid_prefixes_are_rejected(prefix, error):
 
 def test_valid_prefix_is_returned():
     assert validate_prefix("myapp:locks:") == "myapp:locks:"
+
+
+# -- context and owner labels ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "context",
+    ["", "manage.py nightly", "x" * MAX_CONTEXT_LENGTH, EMOJI * MAX_CONTEXT_LENGTH, "a\nb ü"],
+    ids=["empty", "plain", "255-ascii", "255-emoji", "newline"],
+)
+def test_valid_contexts_are_returned_unchanged(context):
+    assert validate_context(context) is context
+
+
+@pytest.mark.parametrize(
+    ("context", "error"),
+    [
+        (7, TypeError),
+        (None, TypeError),
+        (b"ctx", TypeError),
+        ("a\x00b", ValueError),
+        ("lone\ud800", ValueError),
+        ("x" * (MAX_CONTEXT_LENGTH + 1), ValueError),
+        (EMOJI * (MAX_CONTEXT_LENGTH + 1), ValueError),
+    ],
+    ids=repr,
+)
+def test_invalid_contexts_are_rejected_naming_the_argument(context, error):
+    with pytest.raises(error, match=r"^context "):
+        validate_context(context)
+    with pytest.raises(error, match=r"^label of the view "):
+        validate_context(context, "label of the view")
+
+
+@pytest.mark.parametrize(
+    ("text", "cleaned"),
+    [
+        ("MainThread", "MainThread"),
+        ("worker\x00-1", "worker-1"),
+        ("job-\udcff.sh", "job-.sh"),  # an undecodable byte of a file name (surrogateescape)
+        ("t" * 300, "t" * 255),
+        (EMOJI * 300, EMOJI * 255),
+    ],
+    ids=["plain", "nul", "surrogate", "long", "long-emoji"],
+)
+def test_clean_label_drops_what_cannot_be_stored_and_truncates(text, cleaned):
+    assert clean_label(text) == cleaned
+
+
+def test_clean_label_takes_a_limit():
+    assert clean_label("abcdef", limit=3) == "abc"
+
+
+@given(st.text())
+def test_every_cleaned_label_is_a_valid_context(text):
+    assert validate_context(clean_label(text)) == clean_label(text)
 
 
 # -- key layout -------------------------------------------------------------------------

@@ -9,6 +9,7 @@ import os
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import pytest
@@ -663,6 +664,30 @@ async def test_backend_callable_returning_something_else_raises_type_error(api):
         await api.acquire(lock)
 
 
+def test_a_thread_name_that_cannot_be_stored_is_cleaned(backend, redis_client):
+    # Thread and task names are anyone's strings: NUL, undecodable bytes, any length.
+    lock = Lock("labels", backend=backend)
+
+    def hold() -> dict:
+        with lock:
+            return stored_lock(redis_client, "labels").owner
+
+    with ThreadPoolExecutor(1, thread_name_prefix="worker\x00-\udcff" + "t" * 300) as pool:
+        owner = pool.submit(hold).result(timeout=30)
+    assert owner["thread"] == "worker-" + "t" * 248
+
+
+async def test_a_task_name_that_cannot_be_stored_is_cleaned(backend, redis_client):
+    lock = Lock("labels", backend=backend)
+
+    async def hold() -> dict:
+        async with lock:
+            return stored_lock(redis_client, "labels").owner
+
+    owner = await asyncio.create_task(hold(), name="task\x00-\udcff" + "t" * 300)
+    assert owner["thread"] == "task-" + "t" * 250
+
+
 # -- bad input is refused before any network call ---------------------------------------
 
 
@@ -700,6 +725,9 @@ BAD_LOCK_ARGUMENTS = [
     ("on_lost", 1, TypeError),
     ("on_lost", "print", TypeError),
     ("context", 7, TypeError),
+    ("context", "a\x00b", ValueError),
+    ("context", "lone\ud800", ValueError),
+    ("context", "x" * 256, ValueError),
     ("fair", 1, TypeError),
     ("raise_on_lost", None, TypeError),
     ("backend", "redis://localhost", TypeError),

@@ -45,7 +45,8 @@ from django_distlock.commands import (
 )
 from django_distlock.engine import Lock
 from django_distlock.engine.exceptions import LockBackendUnavailable, LockError, LockLost
-from django_distlock.engine.keys import validate_name
+from django_distlock.engine.keys import clean_label, validate_name
+from django_distlock.heldlocks import lock_server_eviction_policy
 
 __all__ = [
     "EXIT_BUSY",
@@ -218,7 +219,7 @@ class _ProgramRun:
             blocking_timeout=wait,
             auto_renew=True,
             on_lost=self._on_lost,
-            context=f"distlock run {os.path.basename(program[0])}",
+            context=clean_label(f"distlock run {os.path.basename(program[0])}"),
         )
 
     def _error(self, message: str) -> None:
@@ -456,6 +457,13 @@ class Command(BaseCommand):
             if prefix:
                 queryset = queryset.filter(name__startswith=prefix)
             locks = list(queryset.order_by("name"))
+        policy = lock_server_eviction_policy()
+        if policy is not None:
+            self.stderr.write(
+                f"Warning: the lock server evicts keys (maxmemory-policy {policy}): held "
+                "locks can vanish. Use noeviction.",
+                self.style.WARNING,
+            )
         if not locks:
             self.stdout.write("No locks held.")
             return
