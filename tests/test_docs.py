@@ -61,7 +61,8 @@ def reader_project(
 
     ``hold(name, **options)`` takes a lock as "someone else" would (another lock object,
     no renewal), for examples that show a busy lock or list held ones. ``REDIS_URL`` is
-    the suite's server, for examples that build their own client.
+    the suite's server, for examples that build their own client; ``redis_client`` a
+    client of it, for hidden blocks that set up what the prose assumes.
     """
     monkeypatch.setenv("REDIS_URL", redis_server.url)
     held: list[Any] = []
@@ -80,6 +81,7 @@ def reader_project(
     namespace: dict[str, Any] = {
         "__name__": "docs_example",
         "hold": hold,
+        "redis_client": redis_client,
         "request": request,
         "invoice": SimpleNamespace(pk=42, number="INV-42"),
         "tenant": SimpleNamespace(pk=7),
