@@ -20,6 +20,8 @@ DESIGN_EXPORTS = {
     "LockNotOwned",
     "LockLost",
     "LockBackendUnavailable",
+    # Not in DESIGN's list: an error reply is not an outage (issue 9, item 8).
+    "LockBackendError",
 }
 
 
@@ -39,6 +41,7 @@ def test_exceptions_share_one_root():
         "LockNotOwned",
         "LockLost",
         "LockBackendUnavailable",
+        "LockBackendError",
         "StaleFence",
     ):
         assert issubclass(getattr(django_distlock, name), django_distlock.LockError), name

@@ -118,7 +118,8 @@ def test_lock_lost_is_sent_from_the_watchdog(redis_client):
     assert sent["sender"] is Lock
     assert sent["event"].kind == "lost"
     assert "another holder" in sent["event"].reason
-    assert sent["thread"] == "distlock-watchdog"
+    # Told from the notifier thread, never from the renewal path.
+    assert sent["thread"] == "distlock-notifier"
 
 
 @pytest.mark.django_db(transaction=True)
