@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 
-from tests.engine.conftest import api, dead_backend, make_backend, recorder  # noqa: F401
+from tests.engine.conftest import (  # noqa: F401 - fixtures shared with the engine tests
+    api,
+    backend,
+    dead_backend,
+    make_backend,
+    recorder,
+)
 from tests.redis_servers import RedisServer
 from tests.support.forking import ForkedChild, fork_child
 from tests.support.proxy import TcpProxy
