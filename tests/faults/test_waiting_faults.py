@@ -10,7 +10,7 @@ import threading
 import time
 
 from django_distlock.engine import Lock, LockError
-from tests.engine.support import await_until, blocked_clients, thread_future
+from tests.engine.support import await_until, thread_future
 from tests.support.proxy import sends_command
 
 BLPOP_DELAY = 0.05
@@ -175,7 +175,7 @@ async def test_hundreds_of_waiters_time_out_cleanly_and_give_their_connections_b
     api, private_redis, make_backend
 ):
     backend = make_backend(private_redis, client_kwargs={"max_connections": 10})
-    holder = Lock("crowded", backend=backend, timeout=30)
+    holder = Lock("crowded", backend=backend, timeout=30, auto_renew=False)
     assert await api.acquire(holder, blocking=False)
     with private_redis.client() as probe:
         before = connected_clients(probe)
@@ -192,6 +192,11 @@ async def test_hundreds_of_waiters_time_out_cleanly_and_give_their_connections_b
         left_open = connected_clients(probe) - before
         assert left_open <= 20, f"{left_open} connections still open after the waiters left"
     await api.release(holder)
+
+
+def blocked_client_names(client) -> list[str]:
+    """Names of the clients blocked in a command (a BLPOP here) right now."""
+    return [entry["name"] for entry in client.client_list() if "b" in entry["flags"]]
 
 
 def in_background(api, lock: Lock, **kwargs):
@@ -233,6 +238,7 @@ async def test_a_wake_up_reaching_a_waiter_that_gave_up_goes_to_the_next_one(
     a fix of the in-flight case that would leave A's BLPOP behind."""
     direct, proxy, through_proxy = await proxied_backends(private_redis, make_proxy, make_backend)
     await warm_up(api, through_proxy)
+    named = make_backend(private_redis, client_kwargs={**SLOW_SOCKETS, "client_name": "b"})
     holding, go = threading.Event(), threading.Event()
     released_at: list[float] = []
 
@@ -251,9 +257,10 @@ async def test_a_wake_up_reaching_a_waiter_that_gave_up_goes_to_the_next_one(
             assert holding.wait(10)
             proxy.delay_client_data(sends_command("BLPOP"), BLPOP_DELAY)
             a = in_background(api, Lock("contended", backend=through_proxy), blocking_timeout=0.02)
-            await await_until(lambda: blocked_clients(probe) == 1)  # A's BLPOP arrived
-            b = in_background(api, Lock("contended", backend=direct), blocking_timeout=5)
-            await await_until(lambda: blocked_clients(probe) == 2)
+            # A's BLPOP reaches the server (and blocks there, before the fix) before B's.
+            await asyncio.sleep(BLPOP_DELAY + 0.03)
+            b = in_background(api, Lock("contended", backend=named), blocking_timeout=5)
+            await await_until(lambda: "b" in blocked_client_names(probe))
             go.set()
             (a_outcome, _), (b_outcome, b_at) = await asyncio.wait_for(asyncio.gather(a, b), 8)
         finally:
