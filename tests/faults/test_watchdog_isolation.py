@@ -47,27 +47,29 @@ def still_held(client, lock: Lock) -> bool:
 async def test_a_stalled_server_does_not_cost_locks_on_another_server_their_renewals(
     api, redis_server_factory, make_backend
 ):
-    """Fails before the fix for sync holders (one watchdog thread waits out the stalled
-    renewal); async renewals are separate tasks and pass already."""
-    lease = 1.5
+    """Lock A's server stalls; lock B lives on another server. B must keep being renewed,
+    and A's holder must be told by A's lease end.
+
+    A's lease (3 s) is longer than B's (1 s) so that the outcome before the fix does not
+    hang on sub-millisecond ordering: the one sync watchdog thread waits out A's renewal
+    until A's lease end, 2 s during which B (lease 1 s) is not renewed. (With equal
+    leases B's lease would end within a renewal round trip of A's and B would survive or
+    not by chance.) Async renewals are separate tasks and pass already."""
     stalled, healthy = redis_server_factory(), redis_server_factory()
     lost_at: list[float] = []
     a = Lock(
         "a",
         backend=make_backend(stalled),
-        timeout=lease,
+        timeout=3.0,
         on_lost=lambda _: lost_at.append(time.monotonic()),
     )
-    b = Lock("b", backend=make_backend(healthy), timeout=lease)
-    assert await api.acquire(a, blocking=False)  # first: its renewal is due first
+    b = Lock("b", backend=make_backend(healthy), timeout=1.0)
+    assert await api.acquire(a, blocking=False)
     assert await api.acquire(b, blocking=False)
-    await asyncio.sleep(lease / 3 + 0.1)  # one renewal round done
-    a_ends = lease_end(a)
+    a_ends = lease_end(a)  # no renewal of A before 1 s: this is its lease end
     stalled.pause()
     try:
-        await asyncio.sleep(0.05)  # a renewal answered just before the pause counts
-        a_ends = max(a_ends, lease_end(a))
-        await asyncio.sleep(3 * lease)
+        await asyncio.sleep(a_ends - time.monotonic() + 0.5)  # 3.5 leases of B
         with healthy.client() as probe:
             assert still_held(probe, b), "the stalled server's lock held up the other's renewals"
         assert lost_at, "the holder of the lock on the stalled server was not told"
