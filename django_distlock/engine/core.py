@@ -145,6 +145,8 @@ class Hold:
     waited: float = 0.0
     timer: Any = field(default=None, repr=False)
     """The async watchdog's pending renewal (cancelled on release)."""
+    loop: Any = field(default=None, repr=False)
+    """The event loop an async hold was taken on (``None`` for sync holds)."""
     lost: bool = False
     lost_reason: str = ""
     renewal_error: str = ""

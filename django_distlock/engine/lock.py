@@ -61,6 +61,30 @@ def current_task_or_thread() -> Any:
     return task if task is not None else threading.current_thread()
 
 
+_callback_tasks: set[Any] = set()
+
+
+def _run_on_loop_of(hold: Hold, awaitable: Any) -> None:
+    """Run the awaitable an async ``on_lost`` returned: here if a loop runs in this
+    thread, else on the loop the hold was taken on (losses are reported off the loop)."""
+    if running_task() is not None or asyncio._get_running_loop() is not None:
+        task = asyncio.ensure_future(awaitable)
+        _callback_tasks.add(task)
+        task.add_done_callback(_callback_tasks.discard)
+        return
+    loop = hold.loop
+    if loop is None or loop.is_closed():
+        if inspect.iscoroutine(awaitable):
+            awaitable.close()
+        logger.warning("django-distlock: on_lost of %r is async but its loop is gone", hold.name)
+        return
+    asyncio.run_coroutine_threadsafe(_awaited(awaitable), loop)
+
+
+async def _awaited(awaitable: Any) -> Any:
+    return await awaitable
+
+
 def _owner_label(owner: Any) -> str:
     get_name = getattr(owner, "get_name", None)
     return clean_label(get_name() if get_name is not None else owner.name)
@@ -250,6 +274,7 @@ class Lock:
         if owner is None:
             owner = current_task_or_thread()
         hold, steps = self._begin(blocking, blocking_timeout, owner, owner)
+        hold.loop = asyncio.get_running_loop()
         outcome = await AsyncDriver(hold.backend, self.name).run(steps)
         return self._settle(hold, outcome, owner, loop_watchdog)
 
@@ -708,6 +733,8 @@ class Lock:
         )
         if self.on_lost is not None:
             try:
-                self.on_lost(self)
+                outcome = self.on_lost(self)
+                if inspect.isawaitable(outcome):
+                    _run_on_loop_of(hold, outcome)
             except Exception:  # noqa: BLE001 - a user callback must not break the watchdog
                 logger.exception("django-distlock: on_lost callback of %r failed", self.name)

@@ -12,8 +12,9 @@ What the renewal path promises:
 - A holder is told of a loss no later than its lease end: the scheduler checks every
   lease end by itself, whatever the lanes are doing.
 - Telling the holder (``on_lost``, the ``lost`` event, signals, event recording) never
-  runs on the renewal path: sync holders are told from a notifier thread, async ones
-  from a callback of their loop.
+  runs on the renewal path: every holder, sync or async, is told from a notifier thread,
+  so that a slow callback blocks neither a renewal thread nor an event loop (an async
+  ``on_lost`` runs on its hold's loop).
 - A hold whose owner (thread or task) ended, or whose lock object was dropped, without
   releasing is not renewed: it is released, logged at WARNING and reported lost.
 """
@@ -273,7 +274,7 @@ class ThreadWatchdog:
     """
 
     def __init__(self) -> None:
-        self.notifier = Notifier()
+        self.notifier = notifier()
         self._condition = threading.Condition()
         self._heap: list[tuple[float, int, int, Hold]] = []
         self._incoming: collections.deque[tuple[float, int, Hold]] = collections.deque()
@@ -372,7 +373,6 @@ class LoopWatchdog:
         task.add_done_callback(self._tasks.discard)
 
     async def _renew(self, hold: Hold) -> None:
-        loop = asyncio.get_running_loop()
         sent_at = time.monotonic()
         reason = abandoned_reason(hold)
         driver = AsyncDriver(hold.backend, hold.name)
@@ -383,7 +383,7 @@ class LoopWatchdog:
             except LockError as exc:
                 reply = exc
             if mark_lost(hold, reason):
-                loop.call_soon(released_abandoned, hold, reply)
+                notifier().submit(released_abandoned, hold, reply)
             return
         if timeout <= 0:
             due = None
@@ -398,16 +398,28 @@ class LoopWatchdog:
             due = after_renewal(hold, reply, sent_at)
         if due is None:
             if mark_lost(hold):
-                loop.call_soon(tell_holder, hold)
+                notifier().submit(tell_holder, hold)
         else:
             self._schedule(hold, due)
 
 
+_notifier: Notifier | None = None
+_notifier_lock = threading.Lock()
 _thread_watchdog: ThreadWatchdog | None = None
 _thread_watchdog_lock = threading.Lock()
 _loop_watchdogs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWatchdog] = (
     weakref.WeakKeyDictionary()
 )
+
+
+def notifier() -> Notifier:
+    """The process's notifier, which tells holders of losses."""
+    global _notifier
+    if _notifier is None:
+        with _notifier_lock:
+            if _notifier is None:
+                _notifier = Notifier()
+    return _notifier
 
 
 def thread_watchdog() -> ThreadWatchdog:
@@ -431,7 +443,9 @@ def loop_watchdog() -> LoopWatchdog:
 
 def _forget_after_fork() -> None:
     # A forked child holds none of its parent's locks and has none of its threads.
-    global _thread_watchdog, _thread_watchdog_lock, _loop_watchdogs
+    global _notifier, _notifier_lock, _thread_watchdog, _thread_watchdog_lock, _loop_watchdogs
+    _notifier = None
+    _notifier_lock = threading.Lock()
     _thread_watchdog = None
     _thread_watchdog_lock = threading.Lock()
     _loop_watchdogs = weakref.WeakKeyDictionary()
