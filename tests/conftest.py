@@ -20,6 +20,7 @@ from django.test.utils import override_settings
 from tests.postgres_servers import django_db_modify_db_settings, postgres_server  # noqa: F401
 from tests.redis_servers import RedisServer, install_termination_cleanup
 from tests.settings import REDIS_URL_ENV_VAR
+from tests.support.hygiene import release_abandoned_holds
 
 _SESSION_SERVER = pytest.StashKey[RedisServer]()
 _CACHES_OVERRIDE = pytest.StashKey[override_settings]()
@@ -44,6 +45,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if server is not None:
         server.stop()
     os.environ.pop(REDIS_URL_ENV_VAR, None)
+
+
+@pytest.fixture(autouse=True)
+def _no_lock_left_held() -> Iterator[None]:
+    """Fail a test that leaves an auto-renewing lock held by nobody (a dropped lock
+    object, an ended thread or task): see ``tests/support/hygiene.py``."""
+    yield
+    left = release_abandoned_holds()
+    assert not left, f"the test left locks held by nobody: {', '.join(left)}"
 
 
 @pytest.fixture(scope="session")

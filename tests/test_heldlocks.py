@@ -487,3 +487,5 @@ def test_force_release_records_who_did_it(redis_client, django_user_model):
     assert event.user == operator
     assert event.fence == lock.fence
     assert not redis_client.exists("distlock:{job}")
+    with pytest.raises(LockLost):
+        lock.release()

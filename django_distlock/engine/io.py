@@ -56,8 +56,9 @@ _END_WAIT_REPLY_TIMEOUT = 10.0
 
 def unavailable(name: str | None, exc: BaseException) -> LockBackendUnavailable:
     """The error a caller sees for a Redis call that could not be served."""
+    about = "" if name is None else f" for lock {name!r}"
     return LockBackendUnavailable(
-        f"Redis unavailable for lock {name!r}: {type(exc).__name__}: {exc}", name=name
+        f"Redis unavailable{about}: {type(exc).__name__}: {exc}", name=name
     )
 
 
@@ -69,9 +70,9 @@ def failure(name: str | None, exc: BaseException) -> LockError:
         and not isinstance(exc, _TRANSIENT_REPLIES)
         and not str(exc).startswith(_TRANSIENT_PREFIXES)
     ):
+        about = "" if name is None else f" on lock {name!r}"
         return LockBackendError(
-            f"Redis refused an operation on lock {name!r}: {type(exc).__name__}: {exc}",
-            name=name,
+            f"Redis refused an operation{about}: {type(exc).__name__}: {exc}", name=name
         )
     return unavailable(name, exc)
 

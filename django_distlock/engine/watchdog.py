@@ -234,7 +234,7 @@ class _Lane:
         abandoned = {id(hold): abandoned_reason(hold) for hold in holds}
         calls = [release_call(h) if abandoned[id(h)] else renewal_call(h) for h in holds]
         timeout = min(attempt_timeout(hold, sent_at) for hold in holds)
-        driver = SyncDriver(holds[0].backend, None)
+        driver = SyncDriver(holds[0].backend, holds[0].name if len(holds) == 1 else None)
         try:
             replies: list[Any] = driver.call_many(calls, timeout)
         except LockError as exc:

@@ -228,6 +228,7 @@ async def test_waited_counts_the_wait(api, observed_backend, recorder):
     assert len(acquired) == 2
     assert acquired[1].fence > acquired[0].fence
     assert 0.2 <= acquired[1].waited < 2
+    await api.release(waiter)
 
 
 async def test_contended_events(api, observed_backend, recorder):
@@ -245,6 +246,7 @@ async def test_contended_events(api, observed_backend, recorder):
         assert 8 < event.retry_after <= 10
     assert contended[0].waited < 0.5
     assert 0.2 <= contended[1].waited < 2
+    await api.release(holder)
 
 
 async def test_extended_event(api, observed_backend, recorder):

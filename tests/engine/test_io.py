@@ -113,11 +113,19 @@ async def test_wait_connections_use_the_client_database(api, make_backend, redis
     waiter = Lock("db3", backend=backend)
     await api.acquire(holder)
     if api.name == "sync":
-        pending = thread_future(lambda: (waiter.acquire(blocking_timeout=10), time.monotonic()))
+
+        def wait_in_thread():
+            acquired = waiter.acquire(blocking_timeout=10), time.monotonic()
+            waiter.release()
+            return acquired
+
+        pending = thread_future(wait_in_thread)
     else:
 
         async def wait():
-            return await waiter.aacquire(blocking_timeout=10), time.monotonic()
+            acquired = await waiter.aacquire(blocking_timeout=10), time.monotonic()
+            await waiter.arelease()
+            return acquired
 
         pending = asyncio.create_task(wait())
     await await_until(lambda: blocked_clients(redis_client) == 1)
@@ -149,7 +157,13 @@ async def test_waiting_works_where_client_commands_are_forbidden(api, redis_serv
         assert time.monotonic() - started < 1.0
         waiter = Lock("no-client", backend=backend)
         if api.name == "sync":
-            pending = thread_future(lambda: waiter.acquire(blocking_timeout=10))
+
+            def wait_in_thread():
+                acquired = waiter.acquire(blocking_timeout=10)
+                waiter.release()
+                return acquired
+
+            pending = thread_future(wait_in_thread)
         else:
             pending = asyncio.create_task(waiter.aacquire(blocking_timeout=10))
         await await_until(lambda: blocked_clients(probe) == 1)
@@ -157,6 +171,8 @@ async def test_waiting_works_where_client_commands_are_forbidden(api, redis_serv
         await api.release(holder)
         assert await pending
         assert time.monotonic() - released_at < 0.3
+        if api.name == "async":
+            await waiter.arelease()  # create_task around aacquire: the caller holds it
     finally:
         probe.close()
         await close_backend(backend)

@@ -104,6 +104,7 @@ async def test_busy_lock_non_blocking_acquire_fails_with_retry_after(api, backen
     assert 9 < other.retry_after <= 10
     assert other.held is False
     assert other.fence is None
+    await api.release(holder)
 
 
 async def test_positional_false_means_non_blocking(api, backend):
@@ -114,6 +115,7 @@ async def test_positional_false_means_non_blocking(api, backend):
     started = time.monotonic()
     assert await api.acquire(other, False) is False
     assert time.monotonic() - started < 0.5
+    await api.release(holder)
 
 
 async def test_blocking_timeout_zero_does_not_wait(api, backend):
@@ -124,6 +126,7 @@ async def test_blocking_timeout_zero_does_not_wait(api, backend):
     assert await api.acquire(other) is False
     assert await api.acquire(Lock("busy", backend=backend), blocking_timeout=0) is False
     assert time.monotonic() - started < 0.5
+    await api.release(holder)
 
 
 async def test_blocking_timeout_elapses(api, backend):
@@ -135,6 +138,7 @@ async def test_blocking_timeout_elapses(api, backend):
     waited = time.monotonic() - started
     assert 0.3 <= waited < 1.5
     assert 8 < other.retry_after <= 10
+    await api.release(holder)
 
 
 async def test_entering_a_busy_lock_raises_lock_not_acquired(api, backend):
@@ -151,13 +155,16 @@ async def test_entering_a_busy_lock_raises_lock_not_acquired(api, backend):
         assert 8 < caught.value.retry_after <= 10
         assert isinstance(caught.value, LockError)
     assert holder.held
+    await api.release(holder)
 
 
 async def test_lock_not_acquired_mentions_the_wait(api, backend):
-    await api.acquire(Lock("busy", backend=backend))
+    holder = Lock("busy", backend=backend)
+    await api.acquire(holder)
     with pytest.raises(LockNotAcquired, match=r"'busy'.*0\.2s"):
         async with api.hold(Lock("busy", backend=backend, blocking_timeout=0.2)):
             pass
+    await api.release(holder)
 
 
 # -- fencing ----------------------------------------------------------------------------
@@ -429,6 +436,7 @@ async def test_second_object_for_a_held_name_never_gets_it(api, backend):
     assert await api.acquire(second, blocking=False) is False
     assert await api.acquire(second, blocking_timeout=0.2) is False
     assert await api.owned(holder)
+    await api.release(holder)
 
 
 async def test_same_object_acquired_twice_raises_lock_error(api, backend):
@@ -444,6 +452,7 @@ async def test_same_object_acquired_twice_raises_lock_error(api, backend):
     # The first acquisition is untouched.
     assert lock.fence == fence
     assert await api.owned(lock)
+    await api.release(lock)
 
 
 def test_release_from_another_thread_raises_lock_not_owned(backend, redis_client):
@@ -542,6 +551,7 @@ def test_decorated_call_fails_when_its_lock_is_busy(backend):
     with pytest.raises(LockNotAcquired):
         job(1)
     assert job(2) == 2
+    holder.release()
 
 
 def test_decorator_template_with_attribute_access(backend, redis_client):
@@ -639,6 +649,7 @@ def test_renamed_copies_options_but_not_state(backend):
     assert lock.owned()
     with pytest.raises(ValueError, match="name"):
         lock.renamed("")
+    lock.release()
 
 
 # -- backends given as callables --------------------------------------------------------
