@@ -1,8 +1,24 @@
-"""Django app configuration."""
+"""Django app configuration: where the app is wired together, once, at start-up.
+
+Modules do nothing when imported. ``ready()`` registers the system checks, has
+``setting_changed`` reset the cached setting and backend, gives the lock backend the
+observer that records events and sends signals, and has force releases recorded.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.apps import AppConfig
+from django.core.signals import setting_changed
+
+from . import checks, connections, events, heldlocks, settings
+
+
+def _reset_on_change(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("DISTLOCK", "CACHES"):
+        settings.reset_config()
+        connections.reset_backend()
 
 
 class DistlockConfig(AppConfig):
@@ -13,7 +29,8 @@ class DistlockConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import (
-            checks,  # noqa: F401 - registers the system checks
-            settings,  # noqa: F401 - connects the setting_changed receiver
-        )
+        """Wire the app (see the module docstring)."""
+        checks.register_checks()
+        setting_changed.connect(_reset_on_change, dispatch_uid="django_distlock.reset")
+        connections.observe_with(events.observer_for)
+        heldlocks.record_force_releases_with(events.record_force_release)

@@ -18,7 +18,6 @@
 from __future__ import annotations
 
 import difflib
-import inspect
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -28,12 +27,12 @@ from django.apps import AppConfig
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.core.exceptions import ImproperlyConfigured
-from django.utils.module_loading import import_string
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from .connections import CacheError, lock_cache, redis_options
 from .engine.eviction import SAFE_EVICTION_POLICY, unsafe_eviction_policy
-from .settings import DEFAULTS, EVENT_MODES, Config, _build, get_config
+from .settings import DEFAULTS, EVENT_MODES, Config, _build, configured_hook, get_config
 
 __all__ = [
     "PING_TIMEOUT",
@@ -41,6 +40,7 @@ __all__ = [
     "check_eviction_policy",
     "check_redis_answers",
     "check_settings",
+    "register_checks",
 ]
 
 TAG = "distlock"
@@ -101,74 +101,30 @@ def _settings_errors(raw: Any) -> list[CheckMessage]:
 
 
 def _cache_errors(config: Config) -> list[CheckMessage]:
-    if config.url is not None:
-        return []
-    cache = settings.CACHES.get(config.cache)
-    if cache is None:
-        aliases = ", ".join(map(repr, settings.CACHES)) or "none"
-        return [
-            Error(
-                f"DISTLOCK['CACHE'] is {config.cache!r}, but CACHES has no such alias "
-                f"(aliases: {aliases})",
-                hint="Add a django-redis cache under that alias to CACHES, set "
-                "DISTLOCK['CACHE'] to an existing django-redis alias, or set "
-                "DISTLOCK['URL'] to a redis:// URL.",
-                id="django_distlock.E002",
-            )
-        ]
-    backend = str(cache.get("BACKEND", ""))
-    if not backend.startswith("django_redis."):
-        return [
-            Error(
-                f"CACHES[{config.cache!r}] uses {backend!r}, which is not a django-redis "
-                "cache, so django-distlock cannot find its Redis",
-                hint="Use 'django_redis.cache.RedisCache' as its BACKEND, point "
-                "DISTLOCK['CACHE'] at a django-redis alias, or set DISTLOCK['URL'] to a "
-                "redis:// URL.",
-                id="django_distlock.E003",
-            )
-        ]
+    try:
+        lock_cache(config)
+    except CacheError as exc:
+        return [Error(str(exc), hint=exc.hint, id=exc.check_id)]
     return []
 
 
-# Each settings hook: its DISTLOCK key, check id and the arguments it is called with.
-_HOOKS = (
-    ("VIEW_ON_BUSY", "django_distlock.E004", "on_busy(request, name, retry_after)", 3),
-    ("VIEW_ON_UNAVAILABLE", "django_distlock.E005", "on_unavailable(request, name)", 2),
+# Each settings hook: its DISTLOCK key and check id.
+_HOOK_CHECKS = (
+    ("VIEW_ON_BUSY", "django_distlock.E004"),
+    ("VIEW_ON_UNAVAILABLE", "django_distlock.E005"),
 )
 
 
-def _hook_errors(config: Config) -> list[CheckMessage]:
+def _hook_errors() -> list[CheckMessage]:
     errors: list[CheckMessage] = []
-    for key, check_id, call, arity in _HOOKS:
-        path = getattr(config, key.lower())
-        if path is None:
-            continue
-        problem = _hook_problem(path, call, arity)
-        if problem:
-            errors.append(
-                Error(f"DISTLOCK[{key!r}] is {path!r}, {problem}", hint=_HINTS[key], id=check_id)
-            )
+    for key, check_id in _HOOK_CHECKS:
+        try:
+            configured_hook(key)
+        except ImproperlyConfigured as exc:
+            errors.append(Error(str(exc), hint=_HINTS[key], id=check_id))
     return errors
 
 
-def _hook_problem(path: str, call: str, arity: int) -> str:
-    try:
-        hook = import_string(path)
-    except ImportError as exc:
-        return f"which cannot be imported: {exc}"
-    if not callable(hook):
-        return f"which is a {type(hook).__name__}, not a callable"
-    try:
-        inspect.signature(hook).bind(*(None, "name", 1.0)[:arity])
-    except TypeError as exc:
-        return f"which cannot be called as {call}: {exc}"
-    except ValueError:  # no signature to inspect (some builtins): trust it
-        pass
-    return ""
-
-
-@register(TAG, Tags.caches)
 def check_settings(app_configs: Sequence[AppConfig] | None, **kwargs: Any) -> list[CheckMessage]:
     """E001-E005: the ``DISTLOCK`` setting, the cache it names and the view hooks."""
     errors = _settings_errors(getattr(settings, "DISTLOCK", {}))
@@ -184,7 +140,7 @@ def check_settings(app_configs: Sequence[AppConfig] | None, **kwargs: Any) -> li
                 id="django_distlock.E001",
             )
         ]
-    return _cache_errors(config) + _hook_errors(config)
+    return _cache_errors(config) + _hook_errors()
 
 
 def _redacted(url: str) -> str:
@@ -199,8 +155,6 @@ def _redacted(url: str) -> str:
 def _deploy_client(config: Config) -> tuple[str, redis.Redis | None, list[CheckMessage]]:
     """The Redis URL of ``config`` and a client for the deploy checks (short timeouts, no
     retries), or ``None`` and the W001 warning saying why there is none."""
-    from .connections import redis_options
-
     try:
         url, options = redis_options(config)
     except ImproperlyConfigured as exc:
@@ -230,7 +184,6 @@ def _deploy_client(config: Config) -> tuple[str, redis.Redis | None, list[CheckM
         return url, None, [warning]
 
 
-@register(TAG, Tags.caches, deploy=True)
 def check_redis_answers(
     app_configs: Sequence[AppConfig] | None, **kwargs: Any
 ) -> list[CheckMessage]:
@@ -261,7 +214,6 @@ def check_redis_answers(
     return []
 
 
-@register(TAG, Tags.caches, deploy=True)
 def check_eviction_policy(
     app_configs: Sequence[AppConfig] | None, **kwargs: Any
 ) -> list[CheckMessage]:
@@ -295,3 +247,10 @@ def check_eviction_policy(
             id="django_distlock.W002",
         )
     ]
+
+
+def register_checks() -> None:
+    """Register the checks (``AppConfig.ready()`` calls this once)."""
+    register(check_settings, TAG, Tags.caches)
+    register(check_redis_answers, TAG, Tags.caches, deploy=True)
+    register(check_eviction_policy, TAG, Tags.caches, deploy=True)

@@ -2,7 +2,8 @@
 
 Sync locks use the django-redis cache's own client (``get_redis_connection``), so they
 share its connection pool. Async locks use a ``redis.asyncio`` client built from the
-same cache settings, one per event loop.
+same cache settings, one per event loop. Lock events go to the observer the app
+installs at start-up (:func:`observe_with`, from ``AppConfig.ready()``).
 """
 
 from __future__ import annotations
@@ -15,11 +16,19 @@ import redis
 import redis.asyncio
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django_redis import get_redis_connection
 
-from .engine import Backend
+from .engine import Backend, Observer
 from .settings import Config, get_config
 
-__all__ = ["get_backend", "redis_options", "reset_backend"]
+__all__ = [
+    "CacheError",
+    "get_backend",
+    "lock_cache",
+    "observe_with",
+    "redis_options",
+    "reset_backend",
+]
 
 _CLIENT_OPTIONS = {
     "USERNAME": "username",
@@ -28,21 +37,53 @@ _CLIENT_OPTIONS = {
     "SOCKET_CONNECT_TIMEOUT": "socket_connect_timeout",
 }
 
+_observer_for: Callable[[Config], Observer | None] | None = None
+
+
+class CacheError(ImproperlyConfigured):
+    """``DISTLOCK["CACHE"]`` names no usable django-redis cache; ``check_id`` and
+    ``hint`` are those of the system check that reports it."""
+
+    def __init__(self, message: str, *, check_id: str, hint: str) -> None:
+        super().__init__(message)
+        self.check_id = check_id
+        self.hint = hint
+
+
+def lock_cache(config: Config) -> dict[str, Any] | None:
+    """The ``CACHES`` entry whose Redis holds the locks (``None`` with ``URL``); raises
+    :class:`CacheError` when there is no such django-redis cache."""
+    if config.url:
+        return None
+    cache = settings.CACHES.get(config.cache)
+    if cache is None:
+        aliases = ", ".join(map(repr, settings.CACHES)) or "none"
+        raise CacheError(
+            f"DISTLOCK['CACHE'] is {config.cache!r}, but CACHES has no such alias "
+            f"(aliases: {aliases})",
+            check_id="django_distlock.E002",
+            hint="Add a django-redis cache under that alias to CACHES, set "
+            "DISTLOCK['CACHE'] to an existing django-redis alias, or set "
+            "DISTLOCK['URL'] to a redis:// URL.",
+        )
+    backend = str(cache.get("BACKEND", ""))
+    if not backend.startswith("django_redis."):
+        raise CacheError(
+            f"CACHES[{config.cache!r}] uses {backend!r}, which is not a django-redis "
+            "cache, so django-distlock cannot find its Redis",
+            check_id="django_distlock.E003",
+            hint="Use 'django_redis.cache.RedisCache' as its BACKEND, point "
+            "DISTLOCK['CACHE'] at a django-redis alias, or set DISTLOCK['URL'] to a "
+            "redis:// URL.",
+        )
+    return dict(cache)
+
 
 def redis_options(config: Config) -> tuple[str, dict[str, Any]]:
     """The Redis URL and client options the settings point at."""
-    if config.url:
-        return config.url, {}
-    cache = settings.CACHES.get(config.cache)
+    cache = lock_cache(config)
     if cache is None:
-        raise ImproperlyConfigured(
-            f"DISTLOCK['CACHE'] is {config.cache!r}, but CACHES has no such alias"
-        )
-    if not str(cache.get("BACKEND", "")).startswith("django_redis."):
-        raise ImproperlyConfigured(
-            f"CACHES[{config.cache!r}] is not a django-redis cache; set DISTLOCK['CACHE'] "
-            "to a django-redis alias or DISTLOCK['URL'] to a redis:// URL"
-        )
+        return str(config.url), {}
     location = cache.get("LOCATION")
     if isinstance(location, list | tuple):
         location = location[0]  # django-redis writes to the first server
@@ -58,8 +99,6 @@ def _sync_client(config: Config) -> redis.Redis:
     if config.url:
         return redis.Redis.from_url(config.url)
     redis_options(config)  # a clear error before django-redis's own
-    from django_redis import get_redis_connection
-
     return get_redis_connection(config.cache)
 
 
@@ -68,12 +107,18 @@ def _async_client_factory(config: Config) -> Callable[[], redis.asyncio.Redis]:
     return functools.partial(redis.asyncio.Redis.from_url, url, **kwargs)
 
 
+def observe_with(observer_for: Callable[[Config], Observer | None] | None) -> None:
+    """Give every backend built from now on the observer ``observer_for(config)``
+    returns (the app installs the events layer's at start-up)."""
+    global _observer_for
+    _observer_for = observer_for
+    reset_backend()
+
+
 @functools.cache
 def get_backend() -> Backend:
     """The :class:`~django_distlock.engine.Backend` for the current settings (cached
     until ``DISTLOCK`` or ``CACHES`` change)."""
-    from .events import observer_for
-
     config = get_config()
     return Backend(
         _sync_client(config),
@@ -81,7 +126,7 @@ def get_backend() -> Backend:
         prefix=config.key_prefix,
         timeout=config.timeout,
         auto_renew=config.auto_renew,
-        observer=observer_for(config),
+        observer=None if _observer_for is None else _observer_for(config),
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import inspect
 from typing import Any
 
 from .connections import get_backend
@@ -11,18 +11,7 @@ from .engine import Lock
 __all__ = ["distlock"]
 
 
-def distlock(
-    name: str,
-    *,
-    timeout: float | None = None,
-    blocking: bool = True,
-    blocking_timeout: float | None = None,
-    auto_renew: bool | None = None,
-    on_lost: Callable[[Lock], Any] | None = None,
-    context: str = "",
-    fair: bool = False,
-    raise_on_lost: bool = True,
-) -> Lock:
+def distlock(name: str, **options: Any) -> Lock:
     """A distributed lock named ``name`` on the Redis of the ``DISTLOCK`` settings.
 
     Use it as a context manager (``with`` or ``async with``), as a decorator whose name
@@ -34,20 +23,19 @@ def distlock(
         @distlock("report:{day}")
         def build_report(day): ...
 
+    ``options`` are those of :class:`django_distlock.engine.Lock` (all but ``backend``):
     ``timeout`` (lease seconds) and ``auto_renew`` default to ``DISTLOCK['TIMEOUT']`` and
     ``DISTLOCK['AUTO_RENEW']``. Settings are read when the lock is used, so a lock built
-    at import time (a decorator) follows ``override_settings``. See
-    :class:`django_distlock.engine.Lock` for every method.
+    at import time (a decorator) follows ``override_settings``.
     """
-    return Lock(
-        name,
-        backend=get_backend,
-        timeout=timeout,
-        blocking=blocking,
-        blocking_timeout=blocking_timeout,
-        auto_renew=auto_renew,
-        on_lost=on_lost,
-        context=context,
-        fair=fair,
-        raise_on_lost=raise_on_lost,
-    )
+    if "backend" in options:
+        raise TypeError("distlock() takes its backend from the settings; use Lock(backend=...)")
+    return Lock(name, backend=get_backend, **options)
+
+
+# What help(), IDEs and the docs' signature checks show: Lock's own options, one source.
+_lock_signature = inspect.signature(Lock)
+distlock.__signature__ = _lock_signature.replace(  # type: ignore[attr-defined]
+    parameters=[p for p in _lock_signature.parameters.values() if p.name != "backend"],
+    return_annotation=Lock,
+)

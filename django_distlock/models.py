@@ -11,7 +11,7 @@ from django.db import models
 from django.utils.translation import gettext_lazy as _
 
 from .engine.keys import MAX_NAME_LENGTH
-from .heldlocks import HeldLockManager
+from .heldlocks import HeldLockManager, release_held_lock
 
 __all__ = ["HeldLock", "LockEvent"]
 
@@ -121,6 +121,4 @@ class HeldLock(models.Model):
         Returns whether it was released; records a ``force_released`` event with ``by``
         (the operator) and sends ``lock_force_released``. The evicted holder finds out
         through its watchdog (``lock.lost``, ``on_lost``, ``LockLost``)."""
-        from .heldlocks import release_held_lock
-
         return release_held_lock(self, force=force, by=by)

@@ -1,23 +1,33 @@
 """The ``DISTLOCK`` setting: one dict, read through :func:`get_config`.
 
 The value is cached and re-read whenever ``DISTLOCK`` or ``CACHES`` change (for example
-under ``override_settings``), so nothing is read at import time.
+under ``override_settings``: ``AppConfig.ready()`` connects :func:`reset_config`), so
+nothing is read at import time.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.core.signals import setting_changed
-from django.dispatch import receiver
+from django.utils.module_loading import import_string
 
 from .engine.keys import MAX_SECONDS, validate_prefix, validate_seconds
 
-__all__ = ["DEFAULTS", "EVENT_MODES", "Config", "get_config"]
+__all__ = [
+    "DEFAULTS",
+    "EVENT_MODES",
+    "HOOKS",
+    "Config",
+    "configured_hook",
+    "get_config",
+    "reset_config",
+]
 
 EVENT_MODES = ("async", "sync", "off")
 
@@ -122,10 +132,41 @@ def get_config() -> Config:
     return _build(getattr(settings, "DISTLOCK", {}))
 
 
-@receiver(setting_changed)
-def _reset(*, setting: str, **kwargs: Any) -> None:
-    if setting in ("DISTLOCK", "CACHES"):
-        get_config.cache_clear()
-        from .connections import reset_backend
+def reset_config() -> None:
+    """Forget the cached setting (``AppConfig.ready()`` connects this to
+    ``setting_changed`` for ``DISTLOCK`` and ``CACHES``)."""
+    get_config.cache_clear()
 
-        reset_backend()
+
+HOOKS: dict[str, tuple[str, int]] = {
+    "VIEW_ON_BUSY": ("on_busy(request, name, retry_after)", 3),
+    "VIEW_ON_UNAVAILABLE": ("on_unavailable(request, name)", 2),
+}
+"""The settings that name a callable: how it is called, and with how many arguments."""
+
+
+def configured_hook(key: str) -> Callable[..., Any] | None:
+    """The callable whose dotted path ``DISTLOCK[key]`` holds (``None`` when unset),
+    read now so that ``override_settings`` applies; ``ImproperlyConfigured`` saying what
+    is wrong when it cannot be imported or called as the setting requires."""
+    path = getattr(get_config(), key.lower())
+    return None if path is None else _hook(key, path)
+
+
+@functools.cache
+def _hook(key: str, path: str) -> Callable[..., Any]:
+    call, arity = HOOKS[key]
+    where = f"DISTLOCK[{key!r}] is {path!r}"
+    try:
+        hook = import_string(path)
+    except ImportError as exc:
+        raise ImproperlyConfigured(f"{where}, which cannot be imported: {exc}") from exc
+    if not callable(hook):
+        raise ImproperlyConfigured(f"{where}, which is a {type(hook).__name__}, not a callable")
+    try:
+        inspect.signature(hook).bind(*(None, "name", 1.0)[:arity])
+    except TypeError as exc:
+        raise ImproperlyConfigured(f"{where}, which cannot be called as {call}: {exc}") from None
+    except ValueError:  # no signature to inspect (some builtins): trust it
+        pass
+    return hook  # type: ignore[no-any-return]

@@ -14,21 +14,20 @@ import functools
 import inspect
 import logging
 import math
-import string
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.http import Http404, HttpRequest, HttpResponse
-from django.utils.module_loading import import_string
 from django.views import View
 
 from .engine import Lock
 from .engine.exceptions import LockBackendUnavailable
 from .engine.keys import clean_label, validate_name, validate_seconds
+from .engine.templates import NameTemplate, TemplateError
 from .locks import distlock
-from .settings import get_config
+from .settings import configured_hook, get_config
 
 __all__ = [
     "UNAVAILABLE_RETRY_AFTER",
@@ -47,8 +46,6 @@ LockName = str | Callable[..., str]
 OnBusy = Callable[[HttpRequest, str, float | None], Any]
 OnUnavailable = Callable[[HttpRequest, str], Any]
 ViewT = TypeVar("ViewT", bound=Callable[..., Any])
-
-_FORMATTER = string.Formatter()
 
 
 def locked_response(request: HttpRequest, name: str, retry_after: float | None) -> HttpResponse:
@@ -92,22 +89,10 @@ def unavailable_response(request: HttpRequest, name: str) -> HttpResponse:
 
 
 def _configured_hook(key: str, default: Callable[..., Any]) -> Callable[..., Any]:
-    """The callable whose dotted path ``DISTLOCK[key]`` holds, else ``default``. Read
-    at request time, so that ``override_settings`` applies."""
-    path = getattr(get_config(), key.lower())
-    if path is None:
-        return default
-    try:
-        hook = import_string(path)
-    except ImportError as exc:
-        raise ImproperlyConfigured(
-            f"DISTLOCK[{key!r}] is {path!r}, which cannot be imported: {exc}"
-        ) from exc
-    if not callable(hook):
-        raise ImproperlyConfigured(
-            f"DISTLOCK[{key!r}] is {path!r}, which is a {type(hook).__name__}, not a callable"
-        )
-    return hook  # type: ignore[no-any-return]
+    """The callable ``DISTLOCK[key]`` names, else ``default``. Read at request time, so
+    that ``override_settings`` applies."""
+    hook = configured_hook(key)
+    return default if hook is None else hook
 
 
 def _settings_on_busy(request: HttpRequest, name: str, retry_after: float | None) -> Any:
@@ -138,19 +123,15 @@ def _bound_view(view: Any) -> View | None:
     return instance if isinstance(instance, View) else None
 
 
-def _field_root(field: str) -> str:
-    return field.split(".", 1)[0].split("[", 1)[0]
-
-
 class _Namer:
     """Turns a request into a lock name: a template or a callable."""
 
-    __slots__ = ("context", "fields", "name")
+    __slots__ = ("context", "name", "template")
 
     def __init__(self, name: Any, context: str | None) -> None:
         self.name = name
         self.context = context
-        self.fields: list[str] = []
+        self.template: NameTemplate | None = None
         if callable(name):
             return
         if not isinstance(name, str):
@@ -159,28 +140,26 @@ class _Namer:
                 f"not {type(name).__name__}"
             )
         try:
-            parsed = list(_FORMATTER.parse(name))
+            self.template = NameTemplate(name)
         except ValueError as exc:
-            raise ImproperlyConfigured(
-                f"lock name {name!r}{self._of_view()} is not a valid template: {exc}"
-            ) from None
-        self.fields = [field for _, field, _, _ in parsed if field is not None]
+            raise ImproperlyConfigured(f"{exc}{self._of_view()}") from None
 
     def _of_view(self) -> str:
         return f" of view {self.context}" if self.context else ""
 
     def check_signature(self, view: Callable[..., Any]) -> None:
         """Report template fields the view can never receive, at decoration time."""
+        if self.template is None:
+            return
         try:
             parameters = list(inspect.signature(view).parameters.values())
         except (TypeError, ValueError):
             return
         if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
             return
-        names = {p.name for p in parameters[1:]}  # the first one receives the request
-        for field in self.fields:
-            root = _field_root(field)
-            if root and not root.isdigit() and root != "request" and root not in names:
+        known = {p.name for p in parameters[1:]} | {"request"}  # the first gets the request
+        for field, root in self.template.unknown_fields(known):
+            if root and not root.isdigit():
                 raise ImproperlyConfigured(
                     f"lock name {self.name!r}{self._of_view()} uses {{{field}}}, "
                     f"but the view takes no argument {root!r}; use a URL keyword "
@@ -191,42 +170,16 @@ class _Namer:
         """The lock name for this request; ``Http404`` when the URL's values cannot make
         a valid one (too long, NUL, not UTF-8): such a URL names no object to lock, as a
         URL that matches no pattern names no page."""
-        name = self._fill(request, args, kwargs)
         try:
-            return validate_name(name, "lock name")
+            if self.template is None:
+                return validate_name(self.name(request, *args, **kwargs), "lock name")
+            return self.template.fill({**kwargs, "request": request}, args)
+        except TemplateError as exc:
+            raise ImproperlyConfigured(
+                f"{exc}{self._of_view()} (URL keyword arguments: {sorted(kwargs)}, plus request)"
+            ) from exc
         except ValueError as exc:
             raise Http404(f"this URL gives no valid lock name: {exc}") from None
-
-    def _fill(self, request: HttpRequest, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if callable(self.name):
-            return self.name(request, *args, **kwargs)
-        if not self.fields:
-            return self.name
-        values = {**kwargs, "request": request}
-        try:
-            return _FORMATTER.vformat(self.name, args, values)
-        except (LookupError, AttributeError, TypeError, ValueError) as exc:
-            raise ImproperlyConfigured(self._fill_error(args, values, exc)) from exc
-
-    def _fill_error(self, args: tuple[Any, ...], values: dict[str, Any], exc: Exception) -> str:
-        failing = next(
-            (field for field in self.fields if not self._fills(field, args, values)), None
-        )
-        where = f"{{{failing}}}" if failing is not None else "it"
-        available = sorted(k for k in values if k != "request")
-        return (
-            f"cannot fill {where} in lock name {self.name!r}{self._of_view()}: "
-            f"{type(exc).__name__}: {exc} (URL keyword arguments: {available}, "
-            "plus request)"
-        )
-
-    @staticmethod
-    def _fills(field: str, args: tuple[Any, ...], values: dict[str, Any]) -> bool:
-        try:
-            _FORMATTER.get_field(field, args, values)
-        except (LookupError, AttributeError, TypeError, ValueError):
-            return False
-        return True
 
 
 class _Guard:

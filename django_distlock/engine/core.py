@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from . import process
 from .exceptions import LockError
 from .keys import LockKeys, clean_label
-from .scripts import ACQUIRE, PASS_ON, RELEASE, Script
+from .scripts import ACQUIRE, EXTEND, PASS_ON, RELEASE, TTL, Script
 from .tuning import Tuning, ms
 
 if TYPE_CHECKING:
@@ -39,8 +39,11 @@ __all__ = [
     "StartWait",
     "Tuning",
     "acquire_steps",
+    "extend_call",
     "new_token",
     "owner_metadata",
+    "release_call",
+    "ttl_call",
 ]
 
 HOSTNAME = clean_label(socket.gethostname())
@@ -183,6 +186,24 @@ class Hold:
     def held_for(self) -> float:
         """Seconds since the lock was taken (local clock)."""
         return time.monotonic() - self.started_mono
+
+
+def extend_call(hold: Hold, seconds: float, mode: str) -> Call:
+    """The script call that changes ``hold``'s lease: ``mode`` ``"add"`` adds ``seconds``,
+    ``"set"`` sets it to ``seconds``, ``"renew"`` raises it to at least ``seconds``."""
+    keys = hold.keys
+    return Call(EXTEND, (keys.lock, keys.index), (hold.token, ms(seconds), hold.name, mode))
+
+
+def release_call(hold: Hold) -> Call:
+    """The script call that releases ``hold`` (only if it still holds the lock)."""
+    liveness_ms = hold.backend.tuning.waiter_liveness_ms
+    return Call(RELEASE, hold.keys.all(), (hold.token, hold.name, liveness_ms))
+
+
+def ttl_call(hold: Hold) -> Call:
+    """The script call that reads ``hold``'s remaining lease (``-2``: not held)."""
+    return Call(TTL, (hold.keys.lock,), (hold.token,))
 
 
 def owner_metadata(*, thread: str, context: str, auto_renew: bool) -> str:

@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import math
 import os
-import string
 import threading
 import time
 import weakref
@@ -24,13 +22,16 @@ from .core import (
     Hold,
     NotAcquired,
     acquire_steps,
+    extend_call,
     new_token,
     owner_metadata,
+    release_call,
+    ttl_call,
 )
 from .exceptions import LockError, LockLost, LockNotAcquired, LockNotOwned
 from .io import BACKEND_ERRORS, AsyncDriver, SyncDriver, completed, unavailable
 from .keys import LockKeys, clean_label, validate_context, validate_name, validate_seconds
-from .scripts import EXTEND, RELEASE, TTL
+from .templates import NameTemplate
 from .watchdog import loop_watchdog, thread_watchdog
 
 __all__ = ["BackendSource", "Lock"]
@@ -385,7 +386,7 @@ class Lock:
         hold = self._owned_hold("release", running_task())
         hold.releasing = True
         try:
-            reply = SyncDriver(hold.backend, self.name).call(self._release_call(hold))
+            reply = SyncDriver(hold.backend, self.name).call(release_call(hold))
         finally:
             hold.releasing = False
         self._released(hold, reply)
@@ -400,7 +401,7 @@ class Lock:
         hold.releasing = True
         try:
             reply, cancelled = await completed(
-                AsyncDriver(hold.backend, self.name).call(self._release_call(hold))
+                AsyncDriver(hold.backend, self.name).call(release_call(hold))
             )
         finally:
             hold.releasing = False
@@ -409,10 +410,6 @@ class Lock:
         finally:
             if cancelled:
                 raise asyncio.CancelledError
-
-    def _release_call(self, hold: Hold) -> Call:
-        liveness_ms = hold.backend.tuning.waiter_liveness_ms
-        return Call(RELEASE, hold.keys.all(), (hold.token, self.name, liveness_ms))
 
     def _released(self, hold: Hold, reply: Any) -> None:
         hold.released = True
@@ -470,11 +467,7 @@ class Lock:
         hold = self._owned_hold("extend", owner)
         if hold.is_lost():
             raise LockLost(f"lock {self.name!r} was lost: {hold.lost_reason}", name=self.name)
-        mode = "set" if replace_ttl else "add"
-        ms = max(1, math.ceil(seconds * 1000))
-        return hold, Call(
-            EXTEND, (hold.keys.lock, hold.keys.index), (hold.token, ms, self.name, mode)
-        )
+        return hold, extend_call(hold, seconds, "set" if replace_ttl else "add")
 
     def _extended(self, hold: Hold, reply: Any, sent_at: float) -> float:
         if int(reply) < 0:
@@ -491,7 +484,7 @@ class Lock:
         hold = self._find(running_task())
         if hold is None:
             return None
-        return self._ttl_from(hold, SyncDriver(hold.backend, self.name).call(self._ttl_call(hold)))
+        return self._ttl_from(hold, SyncDriver(hold.backend, self.name).call(ttl_call(hold)))
 
     def attl(self) -> Coroutine[Any, Any, float | None]:
         """Async twin of :meth:`ttl`."""
@@ -501,7 +494,7 @@ class Lock:
         hold = self._find(owner or running_task())
         if hold is None:
             return None
-        reply = await AsyncDriver(hold.backend, self.name).call(self._ttl_call(hold))
+        reply = await AsyncDriver(hold.backend, self.name).call(ttl_call(hold))
         return self._ttl_from(hold, reply)
 
     def owned(self) -> bool:
@@ -532,9 +525,6 @@ class Lock:
             return bool(await backend.async_client().exists(key))
         except BACKEND_ERRORS as exc:
             raise unavailable(self.name, exc) from exc
-
-    def _ttl_call(self, hold: Hold) -> Call:
-        return Call(TTL, (hold.keys.lock,), (hold.token,))
 
     def _ttl_from(self, hold: Hold, reply: Any) -> float | None:
         pttl = int(reply)
@@ -652,22 +642,20 @@ class Lock:
         return wrapper
 
     def _namer(self, func: Callable[..., Any]) -> Callable[[tuple[Any, ...], dict[str, Any]], str]:
-        fields = [f for _, f, _, _ in string.Formatter().parse(self.name) if f is not None]
-        if not fields:
+        template = NameTemplate(self.name)
+        if template.is_constant:
             return lambda args, kwargs: self.name
         signature = inspect.signature(func)
-        for field in fields:
-            root = field.split(".", 1)[0].split("[", 1)[0]
-            if root not in signature.parameters:
-                raise ValueError(
-                    f"lock name {self.name!r} uses {{{field}}} but "
-                    f"{func.__qualname__}() has no parameter {root!r}"
-                )
+        for field, root in template.unknown_fields(signature.parameters):
+            raise ValueError(
+                f"lock name {self.name!r} uses {{{field}}} but "
+                f"{func.__qualname__}() has no parameter {root!r}"
+            )
 
         def name_for(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
             bound = signature.bind(*args, **kwargs)
             bound.apply_defaults()
-            return validate_name(self.name.format_map(bound.arguments), "formatted lock name")
+            return template.fill(bound.arguments)
 
         return name_for
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 __all__ = [
     "ACQUIRE",
     "EXTEND",
+    "LIST_INDEX",
     "PASS_ON",
     "RELEASE",
     "TTL",
@@ -294,5 +295,37 @@ end
     + _END_WAIT
     + """
 return 1
+""",
+)
+
+
+LIST_INDEX = Script(
+    "list_index",
+    """-- list_index: drop the index entries whose lease is over; read what is left.
+-- KEYS[1] listing index (zset: member = lock name, score = lease end in server ms)
+-- ARGV[1] '-' to only prune (the caller reads the names with a plain ZRANGE pipelined
+--         after this script: much cheaper than passing 10,000 entries through Lua),
+--         '#' to count the entries, '=' to look up the names in ARGV[2..]
+-- returns {now_ms} for '-', {now_ms, count} for '#', and for '='
+--         {now_ms, {name, score, name, score, ...}} (server clock; scores as strings)
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+-- A key lives until its expiry time is strictly past, hence the exclusive bound.
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%.0f', now_ms))
+if ARGV[1] == '-' then
+  return {now_ms}
+end
+if ARGV[1] == '#' then
+  return {now_ms, redis.call('ZCARD', KEYS[1])}
+end
+local entries = {}
+for i = 2, #ARGV do
+  local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
+  if score then
+    entries[#entries + 1] = ARGV[i]
+    entries[#entries + 1] = score
+  end
+end
+return {now_ms, entries}
 """,
 )

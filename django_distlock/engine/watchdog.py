@@ -35,11 +35,9 @@ from collections.abc import Callable
 from typing import Any
 
 from . import process
-from .core import Call, Hold
+from .core import Call, Hold, extend_call, release_call
 from .exceptions import LockError
 from .io import AsyncDriver, SyncDriver
-from .scripts import EXTEND, RELEASE
-from .tuning import ms
 
 __all__ = ["LoopWatchdog", "Notifier", "ThreadWatchdog", "loop_watchdog", "thread_watchdog"]
 
@@ -56,14 +54,7 @@ DEADLINE = 1
 
 def renewal_call(hold: Hold) -> Call:
     """The script call that renews ``hold`` to at least its full lease."""
-    keys = hold.keys
-    return Call(EXTEND, (keys.lock, keys.index), (hold.token, ms(hold.lease), hold.name, "renew"))
-
-
-def release_call(hold: Hold) -> Call:
-    """The script call that releases ``hold`` (only if it still holds the lock)."""
-    liveness_ms = hold.backend.tuning.waiter_liveness_ms
-    return Call(RELEASE, hold.keys.all(), (hold.token, hold.name, liveness_ms))
+    return extend_call(hold, hold.lease, "renew")
 
 
 def first_renewal(hold: Hold) -> float:

@@ -13,7 +13,7 @@ import contextlib
 import gc
 
 from django_distlock.engine import LockError, process, watchdog
-from django_distlock.engine.core import Hold
+from django_distlock.engine.core import Hold, release_call
 from django_distlock.engine.io import SyncDriver
 
 
@@ -42,5 +42,5 @@ def release_abandoned_holds() -> list[str]:
         hold.released = True  # the watchdog leaves it alone from now on
         # A test that stopped its server: the lease runs out there.
         with contextlib.suppress(LockError):
-            SyncDriver(hold.backend, hold.name).call(watchdog.release_call(hold))
+            SyncDriver(hold.backend, hold.name).call(release_call(hold))
     return sorted(f"{hold.name!r} ({watchdog.abandoned_reason(hold)})" for hold in abandoned)
