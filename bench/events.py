@@ -130,7 +130,7 @@ def main() -> int:
             server.pin({cpus[1] if pin == "split" else cpus[0]})
         configure_django(f"redis://{HOST}:{server.port}/0", database)
 
-        from django_distlock import events
+        from django_distlock import eventwriter
         from django_distlock.models import LockEvent
 
         durations: dict[str, list[int]] = {mode: [] for mode in MODES}
@@ -150,7 +150,7 @@ def main() -> int:
                     flush_ns += flushed
 
         recorded = LockEvent.objects.filter(name="bench:events:async").count()
-        writer = events._writer
+        writer = eventwriter.current_writer()
         dropped = writer.dropped_total if writer else 0
         failed = writer.failed_total if writer else 0
 

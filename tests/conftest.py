@@ -98,20 +98,21 @@ def private_redis(redis_server_factory: Callable[..., RedisServer]) -> RedisServ
 
 @pytest.fixture
 def event_writer(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Any]]:
-    """``event_writer(**options)``: a fresh ``AsyncWriter`` (by default flushed only when
-    told, ``interval=3600``) installed as this process's writer, stopped afterwards, so
-    that no event of another test is written during this one, nor this test's later."""
-    from django_distlock import events
+    """``event_writer(**options)``: a fresh ``BufferedEventWriter`` (by default flushed
+    only when told, ``interval=3600``) installed as this process's writer, stopped
+    afterwards, so that no event of another test is written during this one, nor this
+    test's later."""
+    from django_distlock import eventwriter
 
-    writers: list[events.AsyncWriter] = []
-    previous = events._writer
+    writers: list[eventwriter.BufferedEventWriter] = []
+    previous = eventwriter.current_writer()
     if previous is not None:
         previous.flush(10)
 
-    def install(**options: Any) -> events.AsyncWriter:
+    def install(**options: Any) -> eventwriter.BufferedEventWriter:
         options.setdefault("interval", 3600.0)
-        writer = events.AsyncWriter(**options)
-        monkeypatch.setattr(events, "_writer", writer)
+        writer = eventwriter.BufferedEventWriter(**options)
+        monkeypatch.setattr(eventwriter, "_writer", writer)
         writers.append(writer)
         return writer
 

@@ -21,7 +21,7 @@ from django.db import connection, transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from django_distlock import LockLost, distlock, events
+from django_distlock import LockLost, distlock, eventrows, eventwriter
 from django_distlock.connections import get_backend
 from django_distlock.engine import Event, Lock
 from django_distlock.engine.core import HOSTNAME
@@ -54,14 +54,14 @@ def missing_table(transactional_db):
 def writes(monkeypatch):
     """A ``threading.Event`` set each time the async writer has written a batch."""
     written = threading.Event()
-    real = events._bulk_write
+    real = eventwriter.write_in_batches
 
-    def bulk_write(items, batch_size):
+    def write_in_batches(items, batch_size):
         result = real(items, batch_size)
         written.set()
         return result
 
-    monkeypatch.setattr(events, "_bulk_write", bulk_write)
+    monkeypatch.setattr(eventwriter, "write_in_batches", write_in_batches)
     return written
 
 
@@ -73,12 +73,14 @@ def writes(monkeypatch):
 def test_each_mode_records_acquire_extend_contended_release(mode, redis_client, event_writer):
     event_writer()
     before = timezone.now()
+    started = time.monotonic()
     with events_mode(mode):
         with distlock("invoice:42", context="billing.pay", timeout=10) as lock:
             fence = lock.fence
             lock.extend(5)
             assert not distlock("invoice:42", blocking=False).acquire()
         flush_events()
+    elapsed_ms = (time.monotonic() - started) * 1000
     after = timezone.now()
 
     rows = list(LockEvent.objects.filter(name="invoice:42").order_by("id"))
@@ -92,10 +94,12 @@ def test_each_mode_records_acquire_extend_contended_release(mode, redis_client, 
         assert before <= row.at <= after
         assert row.at.tzinfo is not None
         assert row.user is None
-    assert acquired.waited_ms >= 0
+    # Each took a round trip to Redis, within the test's own duration.
+    assert 0 < acquired.waited_ms < elapsed_ms
     assert acquired.held_ms is None
-    assert contended.waited_ms >= 0
-    assert released.held_ms >= 0
+    assert 0 < contended.waited_ms < elapsed_ms
+    assert 0 < released.held_ms < elapsed_ms
+    assert released.held_ms > contended.waited_ms  # the contended try ran during the hold
     assert released.waited_ms is None
 
 
@@ -109,6 +113,7 @@ def test_each_mode_records_a_lost_lock(mode, redis_client, event_writer):
         lost.set()
 
     lock_lost.connect(on_lost, sender=Lock)
+    started = time.monotonic()
     try:
         with events_mode(mode):
             lock = distlock("short", timeout=0.6)  # renewed every 0.2 s
@@ -121,12 +126,13 @@ def test_each_mode_records_a_lost_lock(mode, redis_client, event_writer):
             flush_events()
     finally:
         lock_lost.disconnect(on_lost, sender=Lock)
+    elapsed_ms = (time.monotonic() - started) * 1000
 
     acquired, lost_row = LockEvent.objects.filter(name="short").order_by("id")
     assert (acquired.kind, lost_row.kind) == ("acquired", "lost")
     assert lost_row.fence == fence
     assert "another holder" in lost_row.reason
-    assert lost_row.held_ms >= 0
+    assert 0 < lost_row.held_ms < elapsed_ms  # from the acquire to the renewal that found out
 
 
 @pytest.mark.django_db(transaction=True)
@@ -224,7 +230,7 @@ def test_datetimes_are_naive_without_time_zone_support(redis_client):
 @pytest.mark.parametrize("use_tz", [True, False])
 def test_timestamps_are_stored_as_the_orm_would_store_them(use_tz):
     with override_settings(USE_TZ=use_tz, TIME_ZONE="Europe/Paris"):
-        stored_at = events._timestamp_adapter(connection)
+        stored_at = eventrows.timestamp_adapter(connection)
         for timestamp in (
             1_795_000_000.0,
             1_795_000_000.25,
@@ -240,7 +246,7 @@ def test_timestamps_are_stored_as_the_orm_would_store_them(use_tz):
 
 def test_the_writer_fills_every_column():
     columns = {field.name for field in LockEvent._meta.concrete_fields if not field.primary_key}
-    assert set(events.WRITTEN_FIELDS) == columns
+    assert set(eventrows.WRITTEN_FIELDS) == columns
 
 
 @pytest.mark.django_db(transaction=True)
@@ -299,9 +305,14 @@ def test_flush_events_writes_the_buffer_now(redis_client, event_writer):
     assert kinds("told") == ["acquired", "released"]
 
 
-def test_flush_events_returns_at_once_without_a_writer(monkeypatch):
-    monkeypatch.setattr(events, "_writer", None)
-    flush_events(timeout=0)
+def test_flush_events_without_a_writer_returns_at_once_and_starts_nothing(monkeypatch):
+    monkeypatch.setattr(eventwriter, "_writer", None)
+    writer_threads = {t for t in threading.enumerate() if t.name == "distlock-events"}
+    started = time.monotonic()
+    flush_events(timeout=5)
+    assert time.monotonic() - started < 1  # did not wait for its timeout
+    assert eventwriter.current_writer() is None
+    assert {t for t in threading.enumerate() if t.name == "distlock-events"} <= writer_threads
 
 
 @pytest.mark.django_db(transaction=True)
@@ -321,9 +332,9 @@ def test_a_full_buffer_drops_events_and_counts_them(redis_client, event_writer, 
 
 
 def test_the_child_of_a_fork_starts_with_an_empty_writer(monkeypatch):
-    monkeypatch.setattr(events, "_writer", events.AsyncWriter())
-    events._forget_writer_after_fork()
-    assert events._writer is None
+    monkeypatch.setattr(eventwriter, "_writer", eventwriter.BufferedEventWriter())
+    eventwriter._forget_writer_after_fork()
+    assert eventwriter.current_writer() is None
 
 
 # -- bad rows --------------------------------------------------------------------------
@@ -341,7 +352,7 @@ class EventsTo:
     db_for_write = db_for_read
 
 
-def good_item(number: int) -> events.Item:
+def good_item(number: int) -> eventrows.Item:
     event = Event(
         kind="acquired", name=f"good:{number:02}", fence=number, context="ctx", host="h",
         pid=1, thread="t", at=time.time(),
@@ -349,7 +360,7 @@ def good_item(number: int) -> events.Item:
     return event, None
 
 
-def bad_item(kind: str) -> events.Item:
+def bad_item(kind: str) -> eventrows.Item:
     """A row the database refuses, built directly as nothing in the package would."""
     if kind == "nul":  # PostgreSQL text cannot hold NUL
         event = Event(
@@ -402,13 +413,13 @@ def test_a_bad_row_loses_only_itself_in_async_mode(alias, bad, error, event_writ
 @pytest.mark.django_db(transaction=True, databases=["default", "pg"])
 @pytest.mark.parametrize(("alias", "bad", "error"), BAD_ROWS)
 def test_a_bad_row_is_logged_and_never_raised_in_sync_mode(alias, bad, error, caplog, monkeypatch):
-    monkeypatch.setattr(events, "_sync_failures", {"count": 0, "quiet_until": 0.0})
+    monkeypatch.setattr(eventwriter, "_sync_losses", eventwriter.LossReport())
     with (
         override_settings(DATABASE_ROUTERS=[EventsTo(alias)]),
         caplog.at_level(logging.WARNING, logger="django_distlock.events"),
     ):
-        events._write_sync(bad_item(bad))
-        events._write_sync(good_item(1))
+        eventwriter.write_now(bad_item(bad))
+        eventwriter.write_now(good_item(1))
         assert stored_names(alias) == ["good:01"]
     [record] = [r for r in caplog.records if "could not record" in r.getMessage()]
     assert record.levelno == logging.WARNING
@@ -450,7 +461,7 @@ def test_a_database_outage_loses_events_but_never_breaks_locks(
 def test_sync_mode_outage_is_logged_and_leaves_the_callers_transaction_usable(
     redis_client, missing_table, caplog, monkeypatch, django_user_model
 ):
-    monkeypatch.setattr(events, "_sync_failures", {"count": 0, "quiet_until": 0.0})
+    monkeypatch.setattr(eventwriter, "_sync_losses", eventwriter.LossReport())
     with (
         caplog.at_level(logging.WARNING, logger="django_distlock.events"),
         events_mode("sync"),
@@ -468,7 +479,7 @@ def test_sync_mode_outage_is_logged_and_leaves_the_callers_transaction_usable(
 
 
 def test_sync_mode_without_database_access_still_locks(redis_client, caplog, monkeypatch):
-    monkeypatch.setattr(events, "_sync_failures", {"count": 0, "quiet_until": 0.0})
+    monkeypatch.setattr(eventwriter, "_sync_losses", eventwriter.LossReport())
     with (
         caplog.at_level(logging.WARNING, logger="django_distlock.events"),
         events_mode("sync"),
@@ -497,8 +508,8 @@ settings.configure(
 django.setup()
 from django.core.management import call_command
 call_command("migrate", verbosity=0)
-from django_distlock import distlock, events
-events.FLUSH_INTERVAL = 3600.0  # nothing is written before the process ends
+from django_distlock import distlock, events, eventwriter
+eventwriter.FLUSH_INTERVAL = 3600.0  # nothing is written before the process ends
 """
 
 
@@ -529,7 +540,7 @@ def test_events_are_written_at_process_exit(tmp_path, redis_client):
 def test_exit_is_prompt_when_the_database_hangs(tmp_path, redis_client):
     database = tmp_path / "events.sqlite3"
     script = """
-events.EXIT_TIMEOUT = 0.5
+eventwriter.EXIT_TIMEOUT = 0.5
 print("migrated", flush=True)
 sys.stdin.readline()
 with distlock("exit:hung"):

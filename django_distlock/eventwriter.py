@@ -1,0 +1,374 @@
+"""Writing lock events as ``LockEvent`` rows, the ``"async"`` and ``"sync"`` ways of
+``DISTLOCK["EVENTS"]`` (:mod:`django_distlock.events` decides which; the SQL itself is
+in :mod:`django_distlock.eventrows`).
+
+- ``"async"`` (:func:`write_later`): the event is appended to an in-memory buffer, and
+  one background thread per process (:class:`BufferedEventWriter`) inserts the buffer in
+  batches on its own database connection, closed after each flush. It flushes when the
+  buffer holds ``FLUSH_SIZE`` events, every ``FLUSH_INTERVAL`` seconds, when asked and at
+  process exit (waiting at most ``EXIT_TIMEOUT`` seconds). The buffer holds at most
+  ``BUFFER_CAPACITY`` events: beyond that events are dropped, counted and logged. A batch
+  the database refuses is written again row by row, so that a row it cannot store (say,
+  text with a NUL on PostgreSQL) loses itself only; when the database itself fails
+  (unreachable, busy, table missing) the rest of the buffer is given up. The thread also
+  deletes events older than ``DISTLOCK["EVENT_RETENTION"]`` seconds (after its first
+  flush, then at most once per ``PRUNE_INTERVAL`` seconds).
+- ``"sync"`` (:func:`write_now`): the event is written before the lock call returns, on
+  the caller's connection and inside its transaction (a savepoint, so that a failed
+  insert never breaks the caller's transaction). In a running event loop, where the ORM
+  may not be called, the row is written by the background thread while the loop waits.
+
+Lost events (database errors, a full buffer) are logged at WARNING on the
+``django_distlock.events`` logger with how many and why, never raised into the lock
+(:class:`LossReport`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import datetime
+import logging
+import sys
+import threading
+import time
+from collections import deque
+
+from django.db import connections
+from django.utils import timezone
+
+from .engine import process
+from .eventrows import (
+    Item,
+    Written,
+    delete_events_before,
+    describe_failure,
+    events_database,
+    insert,
+    write_in_batches,
+)
+from .settings import get_config
+
+__all__ = [
+    "BufferedEventWriter",
+    "LossReport",
+    "current_writer",
+    "process_writer",
+    "write_later",
+    "write_now",
+]
+
+# The logger the documentation names for lost events, whichever module loses them.
+logger = logging.getLogger("django_distlock.events")
+
+BUFFER_CAPACITY = 10_000
+"""Events the async buffer holds at most; more are dropped (and counted)."""
+FLUSH_SIZE = 1000
+"""The async writer flushes as soon as the buffer holds this many events."""
+FLUSH_INTERVAL = 1.0
+"""... and at least this often (seconds) while it holds any."""
+EXIT_TIMEOUT = 3.0
+"""Seconds the process waits at exit for the last flush."""
+SYNC_TIMEOUT = 5.0
+"""Seconds a ``"sync"`` write from a running event loop waits for the writer thread."""
+PRUNE_INTERVAL = 3600.0
+"""Seconds between two retention prunes by one process."""
+REPORT_INTERVAL = 60.0
+"""Repeated losses (dropped events, database errors) are logged at most this often."""
+
+
+class LossReport:
+    """Counts lost events and logs them at WARNING, at most once per
+    ``REPORT_INTERVAL`` seconds: the first loss at once, the ones in the following quiet
+    interval summed up in the next report.
+
+    ``capacity`` is the size of the buffer whose overflow :meth:`dropped` counts.
+    """
+
+    def __init__(self, capacity: int | None = None) -> None:
+        self.capacity = capacity
+        self.dropped_total = 0
+        """Events dropped because the buffer was full."""
+        self.failed_total = 0
+        """Events lost to database errors."""
+        self._lock = threading.Lock()
+        self._dropped = 0
+        self._failed = 0
+        self._last_error = ""
+        self._quiet_until = 0.0
+
+    def dropped(self) -> None:
+        """Count one event dropped because the buffer was full (reported later)."""
+        with self._lock:
+            self._dropped += 1
+            self.dropped_total += 1
+
+    def failed(self, count: int, error: str) -> None:
+        """Count ``count`` events lost to ``error`` (reported later, with the last error)."""
+        with self._lock:
+            self._failed += count
+            self.failed_total += count
+            self._last_error = error
+
+    def report(self, *, force: bool = False) -> None:
+        """Log the losses counted since the last report, unless one was logged less than
+        ``REPORT_INTERVAL`` seconds ago (and not ``force``)."""
+        now = time.monotonic()
+        with self._lock:
+            if not (self._dropped or self._failed) or (now < self._quiet_until and not force):
+                return
+            dropped, failed, error = self._dropped, self._failed, self._last_error
+            self._dropped = self._failed = 0
+            self._quiet_until = now + REPORT_INTERVAL
+        if dropped:
+            logger.warning(
+                "django-distlock: the lock event buffer was full (%d events): "
+                "%d events were dropped",
+                self.capacity,
+                dropped,
+            )
+        if failed:
+            logger.warning(
+                "django-distlock: could not record %d lock event(s), they are lost (%s)",
+                failed,
+                error,
+            )
+
+
+class BufferedEventWriter:
+    """The buffer and background thread of the ``"async"`` mode (one per process).
+
+    ``append`` is all the lock path does: it never blocks and never raises. The thread
+    starts with the first event.
+    """
+
+    def __init__(
+        self,
+        *,
+        capacity: int | None = None,
+        flush_size: int | None = None,
+        interval: float | None = None,
+    ) -> None:
+        self.capacity = BUFFER_CAPACITY if capacity is None else capacity
+        self.flush_size = FLUSH_SIZE if flush_size is None else flush_size
+        self.interval = FLUSH_INTERVAL if interval is None else interval
+        self.losses = LossReport(self.capacity)
+        """What this writer lost, and its reports of it."""
+        self._buffer: deque[Item] = deque()
+        self._wake = threading.Event()
+        self._cond = threading.Condition()
+        self._start_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._requested = 0
+        self._served = 0
+        self._closing = False
+        self._next_prune = 0.0
+
+    @property
+    def dropped_total(self) -> int:
+        """Events dropped because the buffer was full."""
+        return self.losses.dropped_total
+
+    @property
+    def failed_total(self) -> int:
+        """Events lost to database errors."""
+        return self.losses.failed_total
+
+    def __repr__(self) -> str:
+        return f"<BufferedEventWriter buffered={len(self._buffer)} dropped={self.dropped_total}>"
+
+    def append(self, item: Item) -> None:
+        """Buffer ``item`` (or count it as dropped when the buffer is full)."""
+        buffer = self._buffer
+        if len(buffer) >= self.capacity:
+            self.losses.dropped()
+            return
+        buffer.append(item)
+        if self._thread is None:
+            self._start()
+        elif len(buffer) >= self.flush_size and not self._wake.is_set():
+            self._wake.set()
+
+    def flush(self, timeout: float) -> bool:
+        """Have the thread write what is buffered now; wait up to ``timeout`` seconds.
+        Returns whether it was written (or attempted: failures are logged)."""
+        thread = self._thread
+        if thread is None or not thread.is_alive():
+            return not self._buffer
+        with self._cond:
+            self._requested += 1
+            ticket = self._requested
+            self._wake.set()
+            return self._cond.wait_for(
+                lambda: self._served >= ticket or not thread.is_alive(), timeout
+            )
+
+    def close(self, timeout: float) -> None:
+        """Flush one last time and stop the thread (waiting at most ``timeout``)."""
+        thread = self._thread
+        if thread is None or self._closing:
+            return
+        with self._cond:
+            self._closing = True
+            self._wake.set()
+        thread.join(timeout)
+        if thread.is_alive():
+            logger.warning(
+                "django-distlock: gave up waiting %.1f s for the lock event writer at exit; "
+                "%d buffered events may be lost",
+                timeout,
+                len(self._buffer),
+            )
+
+    def _start(self) -> None:
+        with self._start_lock:
+            if self._thread is not None:
+                return
+            self._thread = thread = threading.Thread(
+                target=self._run, name="distlock-events", daemon=True
+            )
+        _register_exit_flush()
+        try:
+            thread.start()
+        except RuntimeError:  # interpreter shutdown: nothing can be written any more
+            self._closing = True
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self.interval)
+            with self._cond:
+                self._wake.clear()
+                target = self._requested
+                closing = self._closing
+            try:
+                self._cycle()
+            except Exception:  # the writer must outlive anything
+                logger.exception("django-distlock: the lock event writer failed")
+            with self._cond:
+                self._served = target
+                self._cond.notify_all()
+            if closing:
+                self.losses.report(force=True)
+                return
+
+    def _cycle(self) -> None:
+        buffer = self._buffer
+        failed = False
+        try:
+            while buffer:
+                items = [buffer.popleft() for _ in range(min(len(buffer), self.capacity))]
+                try:
+                    written = write_in_batches(items, self.flush_size)
+                except Exception as error:  # noqa: BLE001 - a router failing, ...
+                    written = Written(len(items), describe_failure(error), gave_up=True)
+                if written.lost:
+                    self.losses.failed(written.lost, written.error)
+                if written.gave_up:
+                    failed = True
+                    break
+                if len(buffer) < self.flush_size:
+                    break
+            if time.monotonic() >= self._next_prune:
+                self._next_prune = time.monotonic() + PRUNE_INTERVAL
+                self._prune()
+        finally:
+            # The thread's own connection is closed once it has caught up (or failed):
+            # an idle process holds none, a busy one does not reconnect for every batch.
+            if failed or not buffer or self._closing:
+                connections.close_all()
+        self.losses.report()
+
+    def _prune(self) -> None:
+        try:
+            retention = datetime.timedelta(seconds=get_config().event_retention)
+            delete_events_before(timezone.now() - retention)
+        except Exception as error:  # noqa: BLE001
+            logger.warning("django-distlock: could not prune old lock events: %s", error)
+
+
+_writer: BufferedEventWriter | None = None
+_writer_lock = threading.Lock()
+_exit_flush_registered = False
+
+
+def current_writer() -> BufferedEventWriter | None:
+    """This process's writer, or ``None`` before its first ``"async"`` event."""
+    return _writer
+
+
+def process_writer() -> BufferedEventWriter:
+    """This process's writer, created on first use (its thread starts with its first
+    event)."""
+    global _writer
+    writer = _writer
+    if writer is None:
+        with _writer_lock:
+            if _writer is None:
+                _writer = BufferedEventWriter()
+            writer = _writer
+    return writer
+
+
+def write_later(item: Item) -> None:
+    """The ``"async"`` mode: buffer ``item`` for this process's writer thread."""
+    (_writer or process_writer()).append(item)
+
+
+_sync_losses = LossReport()
+
+
+def write_now(item: Item) -> None:
+    """The ``"sync"`` mode: write ``item`` before returning, in the caller's transaction
+    (by the writer thread, waited for, when called on a running event loop). Failures are
+    reported, never raised."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:  # the ORM may not run on an event loop: the writer thread writes it
+        writer = process_writer()
+        writer.append(item)
+        writer.flush(SYNC_TIMEOUT)
+        return
+    try:
+        alias = events_database()
+        connection = connections[alias]
+        opened_here = connection.connection is None
+        try:
+            insert([item], alias)
+        finally:
+            if opened_here and not connection.in_atomic_block:
+                connection.close()
+    except Exception as error:  # noqa: BLE001 - never break the lock
+        _sync_losses.failed(1, describe_failure(error, item[0]))
+        _sync_losses.report()
+
+
+def _forget_writer_after_fork() -> None:
+    # The parent's buffered events are the parent's to write: a child starts empty.
+    global _writer, _writer_lock
+    _writer = None
+    _writer_lock = threading.Lock()
+
+
+process.forget_after_fork(_forget_writer_after_fork)
+
+
+def _flush_at_exit() -> None:
+    writer = _writer
+    if writer is not None:
+        writer.close(EXIT_TIMEOUT)
+
+
+def _register_exit_flush() -> None:
+    global _exit_flush_registered
+    if not _exit_flush_registered:
+        _exit_flush_registered = True
+        atexit.register(_flush_at_exit)
+    # A multiprocessing child ends with os._exit(), after its own exit finalizers but
+    # without atexit handlers.
+    multiprocessing = sys.modules.get("multiprocessing")
+    if multiprocessing is not None and multiprocessing.parent_process() is not None:
+        from multiprocessing import util
+
+        util.Finalize(None, _flush_at_exit, exitpriority=10)
