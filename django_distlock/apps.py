@@ -12,14 +12,6 @@ from typing import Any
 from django.apps import AppConfig
 from django.core.signals import setting_changed
 
-from . import checks, connections, events, heldlocks, settings
-
-
-def _reset_on_change(*, setting: str, **kwargs: Any) -> None:
-    if setting in ("DISTLOCK", "CACHES"):
-        settings.reset_config()
-        connections.reset_backend()
-
 
 class DistlockConfig(AppConfig):
     """The ``django_distlock`` app."""
@@ -29,8 +21,16 @@ class DistlockConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        """Wire the app (see the module docstring)."""
+        """Wire the app (see the module docstring). The imports are here because this
+        module is imported while Django loads apps, before models may be imported."""
+        from . import checks, connections, events, heldlocks, settings
+
+        def reset_on_change(*, setting: str, **kwargs: Any) -> None:
+            if setting in ("DISTLOCK", "CACHES"):
+                settings.reset_config()
+                connections.reset_backend()
+
         checks.register_checks()
-        setting_changed.connect(_reset_on_change, dispatch_uid="django_distlock.reset")
+        setting_changed.connect(reset_on_change, weak=False, dispatch_uid="django_distlock.reset")
         connections.observe_with(events.observer_for)
         heldlocks.record_force_releases_with(events.record_force_release)
