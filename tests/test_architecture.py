@@ -1,0 +1,174 @@
+"""The shape of the package (docs/architecture.md): no import cycles, an engine that
+imports no Django and works without it, and no module grown past ~400 lines without a
+reason written at its top."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "django_distlock"
+LONG_MODULE = 400
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {
+    module_name(path): path for path in PACKAGE.rglob("*.py") if "migrations" not in path.parts
+}
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    nodes: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            nodes.update(id(child) for statement in node.body for child in ast.walk(statement))
+    return nodes
+
+
+def imports_of(name: str) -> set[str]:
+    """Every module ``name`` imports at run time (function-local imports included: a
+    lazy import that dodges a cycle is still a cycle)."""
+    path = MODULES[name]
+    tree = ast.parse(path.read_text())
+    skipped = _type_checking_nodes(tree)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - (node.level - 1)]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def internal_edges(name: str) -> set[str]:
+    """The package's modules ``name`` depends on (a package's ``__init__`` re-exporting
+    its own children is a face, not a dependency)."""
+    edges = set()
+    for target in imports_of(name):
+        while target and target not in MODULES:
+            target = target.rpartition(".")[0]
+        if not target or target == name or name.startswith(target + "."):
+            continue
+        if MODULES[name].name == "__init__.py" and target.startswith(name + "."):
+            continue
+        edges.add(target)
+    return edges
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_the_package_has_no_import_cycles():
+    graph = {name: internal_edges(name) for name in MODULES}
+    assert sum(map(len, graph.values())) > 50  # the walk sees the package's imports
+    assert cycles(graph) == []
+
+
+def test_no_engine_module_imports_django():
+    engine = [name for name in MODULES if name.startswith("django_distlock.engine")]
+    assert len(engine) > 10
+    offenders = {
+        name: sorted(t for t in imports_of(name) if t.split(".")[0] in ("django", "django_redis"))
+        for name in engine
+    }
+    assert {name: found for name, found in offenders.items() if found} == {}
+
+
+def test_the_engine_imports_where_django_is_not_installed():
+    """A finder that refuses Django stands for an environment without it."""
+    script = textwrap.dedent(
+        """
+        import sys
+
+        class NoDjango:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("django", "django_redis"):
+                    raise ModuleNotFoundError(f"No module named {name!r}")
+                return None
+
+        sys.meta_path.insert(0, NoDjango())
+        import django_distlock.engine as engine
+        from django_distlock import LockError
+
+        assert "django" not in sys.modules
+        print(len(engine.__all__), LockError.__name__)
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    count, name = result.stdout.split()
+    assert int(count) > 10
+    assert name == "LockError"
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_long_modules_say_why_at_their_top(name):
+    path = MODULES[name]
+    lines = path.read_text().count("\n")
+    if lines <= LONG_MODULE:
+        return
+    docstring = ast.get_docstring(ast.parse(path.read_text())) or ""
+    assert "Why this module is long" in docstring, (
+        f"{path.relative_to(ROOT)} has {lines} lines: split it by concern, or say at its "
+        "top why it stays whole (a paragraph starting 'Why this module is long')"
+    )
