@@ -23,8 +23,8 @@ from .engine.exceptions import (
 )
 
 if TYPE_CHECKING:
-    from .commands import LockedCommand, LockedCommandMixin
     from .fencing import FencedQuerySet, FenceField, StaleFence
+    from .lockedcommand import LockedCommand, LockedCommandMixin
     from .locks import distlock
     from .views import LockViewMixin, lock_view
 
@@ -49,8 +49,8 @@ _LAZY = {
     "distlock": ".locks",
     "lock_view": ".views",
     "LockViewMixin": ".views",
-    "LockedCommand": ".commands",
-    "LockedCommandMixin": ".commands",
+    "LockedCommand": ".lockedcommand",
+    "LockedCommandMixin": ".lockedcommand",
     "FenceField": ".fencing",
     "FencedQuerySet": ".fencing",
     "StaleFence": ".fencing",

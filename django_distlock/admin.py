@@ -29,7 +29,7 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_http_methods
 
 from . import chart
-from .commands import format_duration
+from .durations import format_duration
 from .heldlocks import lock_server_eviction_policy
 from .models import HeldLock, LockEvent
 

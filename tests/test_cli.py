@@ -1,4 +1,4 @@
-"""``manage.py distlock``: list, show, release, run, prune-events, and the duration parser."""
+"""``manage.py distlock``: list, show, release, run, prune-events."""
 
 from __future__ import annotations
 
@@ -21,14 +21,8 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_distlock import distlock
-from django_distlock.commands import escape_for_terminal, format_duration, parse_duration
-from django_distlock.management.commands.distlock import (
-    EXIT_BUSY,
-    EXIT_LOST,
-    EXIT_NOT_FOUND,
-    EXIT_UNAVAILABLE,
-)
 from django_distlock.models import HeldLock, LockEvent
+from django_distlock.supervisor import EXIT_BUSY, EXIT_LOST, EXIT_NOT_FOUND, EXIT_UNAVAILABLE
 from tests.engine.support import (
     REPO_ROOT,
     held_until_a_waiter_blocks,
@@ -462,91 +456,3 @@ def test_prune_events_rejects_bad_durations(value, message):
 def test_prune_events_requires_older_than():
     with pytest.raises(CommandError, match="--older-than"):
         distlock_cli("prune-events")
-
-
-# -- durations and escaping -------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("text", "seconds"),
-    [
-        ("30d", 30 * 86400),
-        ("12h", 12 * 3600),
-        ("90m", 5400),
-        ("45s", 45),
-        ("3600", 3600),
-        ("1.5", 1.5),
-        ("0", 0),
-        (" 2h ", 7200),
-        ("0.5m", 30),
-    ],
-)
-def test_parse_duration(text, seconds):
-    assert parse_duration(text) == datetime.timedelta(seconds=seconds)
-
-
-@pytest.mark.parametrize(
-    ("text", "message"),
-    [
-        ("", "empty duration"),
-        ("   ", "empty duration"),
-        ("-5", "must not be negative"),
-        ("-1h", "must not be negative"),
-        ("5w", "unknown unit 'w'"),
-        ("5ms", "unknown unit 'ms'"),
-        ("5D", "unknown unit 'D'"),
-        ("h", "invalid duration"),
-        ("1e3", "invalid duration"),
-        ("5 m", "invalid duration"),
-        ("1h30m", "invalid duration"),
-        ("nan", "invalid duration"),
-        ("inf", "invalid duration"),
-        (".5", "invalid duration"),
-        ("1_000", "invalid duration"),
-        ("٣", "invalid duration"),  # a non-ASCII digit
-        ("999999999999d", "too large"),
-        ("9" * 5000, "too large"),
-    ],
-)
-def test_parse_duration_rejects(text, message):
-    with pytest.raises(ValueError, match=message):
-        parse_duration(text)
-
-
-def test_parse_duration_rejects_non_strings():
-    with pytest.raises(TypeError):
-        parse_duration(30)  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize(
-    ("seconds", "text"),
-    [
-        (0, "0s"),
-        (-3, "0s"),
-        (4.25, "4.2s"),
-        (45, "45s"),
-        (192, "3m 12s"),
-        (180, "3m"),
-        (7500, "2h 5m"),
-        (3 * 86400 + 4 * 3600 + 5, "3d 4h"),
-        (30 * 86400, "30d"),
-    ],
-)
-def test_format_duration(seconds, text):
-    assert format_duration(seconds) == text
-
-
-@pytest.mark.parametrize(
-    ("text", "shown"),
-    [
-        ("plain:name", "plain:name"),
-        ("tab\there", "tab\\there"),
-        ("esc\x1b[31m", "esc\\x1b[31m"),
-        ("bidi\u202eevil", "bidi\\u202eevil"),
-        ("back\\slash", "back\\\\slash"),
-        ("café ☕ 日本", "café ☕ 日本"),
-        ("nbsp\u00a0ok", "nbsp\u00a0ok"),
-    ],
-)
-def test_escape_for_terminal(text, shown):
-    assert escape_for_terminal(text) == shown

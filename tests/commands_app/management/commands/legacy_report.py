@@ -3,7 +3,7 @@ not call ``super()``."""
 
 from django.core.management.base import BaseCommand
 
-from django_distlock.commands import LockedCommandMixin
+from django_distlock.lockedcommand import LockedCommandMixin
 
 
 class Command(LockedCommandMixin, BaseCommand):

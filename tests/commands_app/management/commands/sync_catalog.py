@@ -2,7 +2,7 @@
 
 import sys
 
-from django_distlock.commands import LockedCommand
+from django_distlock.lockedcommand import LockedCommand
 
 
 class Command(LockedCommand):

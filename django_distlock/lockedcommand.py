@@ -13,26 +13,25 @@ Every such command gains ``--lock-wait SECONDS``, ``--lock-timeout SECONDS`` and
 ``CommandError`` naming the holder; a lock lost while the command ran fails it too, even
 if ``handle()`` returned normally.
 
-The helpers the ``distlock`` command shares with it live here as well:
-:func:`parse_duration`, :func:`format_duration` and :func:`escape_for_terminal`.
+:func:`holder_description`, which names a lock's holder in a message, is shared with
+``manage.py distlock run``.
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime
-import math
-import re
 import string
 import time
-import unicodedata
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from .durations import format_duration, seconds_type
 from .engine.exceptions import LockBackendUnavailable, LockError, LockLost
-from .engine.keys import MAX_SECONDS, clean_label, validate_name
+from .engine.keys import clean_label, validate_name
+from .locks import distlock
+from .models import HeldLock
+from .terminal import holder_label, timestamp_and_age
 
 if TYPE_CHECKING:
     from .engine import Lock
@@ -41,149 +40,18 @@ if TYPE_CHECKING:
 else:
     _CommandBase = object
 
-__all__ = [
-    "LockedCommand",
-    "LockedCommandMixin",
-    "escape_for_terminal",
-    "format_duration",
-    "parse_duration",
-]
-
-_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-_DURATION = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]+)?)(?P<unit>[a-zA-Z]*)")
-_DURATION_EXAMPLES = "30d, 12h, 90m, 45s or a number of seconds"
-
-
-def parse_duration(text: str) -> datetime.timedelta:
-    """Parse ``30d``, ``12h``, ``90m``, ``45s`` or a plain number of seconds (``3600``,
-    ``1.5``) into a ``timedelta``; ``ValueError`` with a readable message otherwise.
-
-    >>> parse_duration("90m")
-    datetime.timedelta(seconds=5400)
-    """
-    if not isinstance(text, str):
-        raise TypeError(f"a duration must be a str, not {type(text).__name__}")
-    value = text.strip()
-    if not value:
-        raise ValueError(f"empty duration; expected {_DURATION_EXAMPLES}")
-    if value.startswith("-"):
-        raise ValueError(f"duration {text!r} must not be negative")
-    match = _DURATION.fullmatch(value)
-    if match is None:
-        raise ValueError(f"invalid duration {text!r}; expected {_DURATION_EXAMPLES}")
-    unit = match["unit"]
-    if unit and unit not in _UNITS:
-        raise ValueError(f"unknown unit {unit!r} in duration {text!r}; use d, h, m or s")
-    if len(match["number"]) > 30:
-        raise ValueError(f"duration {text!r} is too large")
-    seconds = float(match["number"]) * _UNITS.get(unit, 1)
-    try:
-        return datetime.timedelta(seconds=seconds)
-    except OverflowError:
-        raise ValueError(
-            f"duration {text!r} is too large (at most {datetime.timedelta.max.days} days)"
-        ) from None
-
-
-def format_duration(seconds: float) -> str:
-    """A short human reading of ``seconds``: ``4.2s``, ``45s``, ``3m 12s``, ``2h 5m``,
-    ``3d 4h`` (negative values, from clock skew between hosts, read as ``0s``).
-
-    >>> format_duration(192)
-    '3m 12s'
-    """
-    if math.isnan(seconds):
-        return "?"
-    if seconds <= 0:
-        return "0s"
-    if math.isinf(seconds):
-        return "forever"
-    if seconds < 10:
-        return f"{seconds:.1f}s"
-    whole = int(seconds)
-    days, rest = divmod(whole, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days}d {hours}h" if hours else f"{days}d"
-    if hours:
-        return f"{hours}h {minutes}m" if minutes else f"{hours}h"
-    if minutes:
-        return f"{minutes}m {secs}s" if secs else f"{minutes}m"
-    return f"{secs}s"
-
-
-_NAMED_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\\": "\\\\"}
-_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
-
-
-def _escape(char: str) -> str:
-    named = _NAMED_ESCAPES.get(char)
-    if named is not None:
-        return named
-    if unicodedata.category(char) not in _UNSAFE_CATEGORIES:
-        return char
-    code = ord(char)
-    if code < 0x100:
-        return f"\\x{code:02x}"
-    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-
-
-def escape_for_terminal(text: str) -> str:
-    """``text`` safe to print on a terminal: control and format characters (escape
-    sequences, bidi overrides, line breaks) become Python-style escapes (``\\x1b``,
-    ``\\u202e``), and so does the backslash, so that the output is unambiguous.
-
-    Lock names and owner labels come from any process that can reach Redis; printing
-    them raw would let one rewrite an operator's screen.
-
-    >>> escape_for_terminal("job\\x1b[2J")
-    'job\\\\x1b[2J'
-    """
-    if text.isprintable() and "\\" not in text:
-        return text
-    return "".join(_escape(char) for char in text)
-
-
-def seconds_type(*, allow_zero: bool) -> Any:
-    """An argparse ``type`` accepting durations (``90``, ``1.5``, ``5m``) as float seconds."""
-
-    def seconds(text: str) -> float:
-        try:
-            value = parse_duration(text).total_seconds()
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-        if not allow_zero and value < 0.001:
-            raise argparse.ArgumentTypeError(f"{text!r} must be more than zero seconds")
-        if value > MAX_SECONDS:
-            raise argparse.ArgumentTypeError(
-                f"{text!r} must be at most {MAX_SECONDS} seconds (365 days)"
-            )
-        return value
-
-    seconds.__name__ = "seconds"
-    return seconds
-
-
-def utc_timestamp(moment: datetime.datetime) -> str:
-    """``2026-11-22 10:01:02 UTC`` for an aware datetime."""
-    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+__all__ = ["LockedCommand", "LockedCommandMixin", "busy_message", "holder_description"]
 
 
 def holder_description(name: str) -> str | None:
     """``web-3 pid 4242 since 2026-11-22 10:01:02 UTC (12s ago)`` for the current holder
     of lock ``name``, or ``None`` if nobody holds it (or it cannot be read)."""
-    from .models import HeldLock
-
     try:
         held = HeldLock.objects.get(name=name)
     except (HeldLock.DoesNotExist, LockError, ImproperlyConfigured):
         return None
-    since = ""
-    if held.acquired_at is not None:
-        age = time.time() - held.acquired_at.timestamp()
-        since = f" since {utc_timestamp(held.acquired_at)} ({format_duration(age)} ago)"
-    return f"{escape_for_terminal(held.host)} pid {held.pid}{since}"
+    since = "" if held.acquired_at is None else f" since {timestamp_and_age(held.acquired_at)}"
+    return f"{holder_label(held.host, held.pid)}{since}"
 
 
 def busy_message(name: str, waited: float) -> str:
@@ -338,8 +206,6 @@ class LockedCommandMixin(_CommandBase):
         return result
 
     def _build_lock(self, name: str, *, wait: float, timeout: float | None) -> Lock:
-        from .locks import distlock
-
         try:
             validate_name(name, "lock name")
             return distlock(
