@@ -19,7 +19,6 @@ if ``handle()`` returned normally.
 
 from __future__ import annotations
 
-import string
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +28,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from .durations import format_duration, seconds_type
 from .engine.exceptions import LockBackendUnavailable, LockError, LockLost
 from .engine.keys import clean_label, validate_name
+from .engine.templates import NameTemplate, TemplateError
 from .locks import distlock
 from .models import HeldLock
 from .terminal import holder_label, timestamp_and_age
@@ -140,20 +140,17 @@ class LockedCommandMixin(_CommandBase):
     def get_lock_name(self, **options: Any) -> str:
         """The lock's name for this run: :attr:`lock_name` filled from ``options``, or the
         command's name."""
-        template = self.lock_name
-        if template is None:
+        if self.lock_name is None:
             return self.command_name
-        fields = [field for _, field, _, _ in string.Formatter().parse(template) if field]
-        if not fields:
-            return template
         try:
-            return template.format_map(options)
-        except (KeyError, AttributeError, IndexError) as exc:
+            return NameTemplate(self.lock_name).fill(options)
+        except TemplateError as exc:
             raise CommandError(
-                f"lock_name {template!r} of {self.command_name} cannot be filled from the "
-                f"command's options ({type(exc).__name__}: {exc}); "
-                f"options are {sorted(options)}"
+                f"lock_name {self.lock_name!r} of {self.command_name} cannot be filled "
+                f"from the command's options ({exc}); options are {sorted(options)}"
             ) from None
+        except ValueError as exc:  # the filled name is not a valid lock name
+            raise CommandError(f"invalid lock for {self.command_name}: {exc}") from None
 
     def on_lock_lost(self) -> None:
         """Called from the lease-renewal thread when the lock is found lost (another

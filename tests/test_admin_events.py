@@ -311,7 +311,7 @@ class TestChangelistChart:
         assert [b.total for b in data.buckets] == [1, 0, 0, 0, 0, 1]
 
     def test_percentiles_read_a_capped_sample(self, viewer, monkeypatch):
-        from django_distlock import admin as distlock_admin
+        from django_distlock.admin import events as distlock_admin
 
         monkeypatch.setattr(distlock_admin, "PERCENTILE_SAMPLE", 3)
         for i in range(6):  # the most recent three are 1, 2, 3 ms
@@ -430,7 +430,7 @@ class TestFiltersAndSearch:
     def test_date_hierarchy_buckets_match_django(self, kind, order):
         from django.db.models import QuerySet
 
-        from django_distlock.admin import LockEventAdminQuerySet
+        from django_distlock.admin.events import LockEventAdminQuerySet
 
         for moment in (
             T0,

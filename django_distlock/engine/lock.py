@@ -1,4 +1,12 @@
-"""The lock object users hold: one class for sync and async code."""
+"""The lock object users hold: one class for sync and async code.
+
+Why this module is long: it is one public class whose methods come in pairs, a sync
+method and its async twin (``acquire``/``aacquire``, ``release``/``arelease``, ...), each
+a few lines of I/O around helpers the pair shares; the protocol itself is in
+:mod:`.core`, ownership in :mod:`.ownership`, name templates in :mod:`.templates`.
+Splitting the class across modules would separate each method from its twin, which is
+how sync and async lock code drifts apart.
+"""
 
 from __future__ import annotations
 
@@ -30,7 +38,8 @@ from .core import (
 )
 from .exceptions import LockError, LockLost, LockNotAcquired, LockNotOwned
 from .io import BACKEND_ERRORS, AsyncDriver, SyncDriver, completed, unavailable
-from .keys import LockKeys, clean_label, validate_context, validate_name, validate_seconds
+from .keys import LockKeys, validate_context, validate_name, validate_seconds
+from .ownership import current_task_or_thread, owner_label, run_on_loop_of, running_task
 from .templates import NameTemplate
 from .watchdog import loop_watchdog, thread_watchdog
 
@@ -48,47 +57,6 @@ class _Unset:
 
 
 UNSET: Any = _Unset()
-
-
-def running_task() -> asyncio.Task[Any] | None:
-    """The task running in this thread, if any."""
-    loop = asyncio._get_running_loop()
-    return None if loop is None else asyncio.current_task(loop)
-
-
-def current_task_or_thread() -> Any:
-    """The running task, else the current thread."""
-    task = running_task()
-    return task if task is not None else threading.current_thread()
-
-
-_callback_tasks: set[Any] = set()
-
-
-def _run_on_loop_of(hold: Hold, awaitable: Any) -> None:
-    """Run the awaitable an async ``on_lost`` returned: here if a loop runs in this
-    thread, else on the loop the hold was taken on (losses are reported off the loop)."""
-    if running_task() is not None or asyncio._get_running_loop() is not None:
-        task = asyncio.ensure_future(awaitable)
-        _callback_tasks.add(task)
-        task.add_done_callback(_callback_tasks.discard)
-        return
-    loop = hold.loop
-    if loop is None or loop.is_closed():
-        if inspect.iscoroutine(awaitable):
-            awaitable.close()
-        logger.warning("django-distlock: on_lost of %r is async but its loop is gone", hold.name)
-        return
-    asyncio.run_coroutine_threadsafe(_awaited(awaitable), loop)
-
-
-async def _awaited(awaitable: Any) -> Any:
-    return await awaitable
-
-
-def _owner_label(owner: Any) -> str:
-    get_name = getattr(owner, "get_name", None)
-    return clean_label(get_name() if get_name is not None else owner.name)
 
 
 def _check_callable(value: Any, argument: str) -> Any:
@@ -309,7 +277,7 @@ class Lock:
         lease = self.timeout if self.timeout is not None else backend.timeout
         auto_renew = self.auto_renew if self.auto_renew is not None else backend.auto_renew
         started = time.monotonic()
-        thread = _owner_label(owner)
+        thread = owner_label(owner)
         # Filled in by _settle once Redis has answered.
         hold = Hold(
             name=self.name,
@@ -723,6 +691,6 @@ class Lock:
             try:
                 outcome = self.on_lost(self)
                 if inspect.isawaitable(outcome):
-                    _run_on_loop_of(hold, outcome)
+                    run_on_loop_of(hold, outcome)
             except Exception:  # noqa: BLE001 - a user callback must not break the watchdog
                 logger.exception("django-distlock: on_lost callback of %r failed", self.name)

@@ -13,6 +13,7 @@ import contextlib
 import gc
 
 from django_distlock.engine import LockError, process, watchdog
+from django_distlock.engine.renewal import abandoned_reason, settled
 from django_distlock.engine.core import Hold, release_call
 from django_distlock.engine.io import SyncDriver
 
@@ -28,7 +29,7 @@ def _watched() -> list[Hold]:
     return [
         hold
         for hold in unique.values()
-        if not watchdog.settled(hold) and hold.generation == generation
+        if not settled(hold) and hold.generation == generation
     ]
 
 
@@ -37,10 +38,10 @@ def release_abandoned_holds() -> list[str]:
     if not _watched():
         return []
     gc.collect()
-    abandoned = [hold for hold in _watched() if watchdog.abandoned_reason(hold)]
+    abandoned = [hold for hold in _watched() if abandoned_reason(hold)]
     for hold in abandoned:
         hold.released = True  # the watchdog leaves it alone from now on
         # A test that stopped its server: the lease runs out there.
         with contextlib.suppress(LockError):
             SyncDriver(hold.backend, hold.name).call(release_call(hold))
-    return sorted(f"{hold.name!r} ({watchdog.abandoned_reason(hold)})" for hold in abandoned)
+    return sorted(f"{hold.name!r} ({abandoned_reason(hold)})" for hold in abandoned)

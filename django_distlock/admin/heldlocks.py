@@ -1,4 +1,4 @@
-"""The admin: the locks held right now (live from Redis) and their history.
+"""The admin of the locks held right now, live from Redis.
 
 ``HeldLock`` has no table, so its admin replaces every view Django would build on a
 ``ChangeList`` with its own, over ``HeldLock.objects`` (the django-rq way: an unmanaged
@@ -17,26 +17,19 @@ from django.contrib import admin, messages
 from django.contrib.admin.models import DELETION, LogEntry
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
-from django.db.models import Case, Count, IntegerField, Max, Min, QuerySet, Value, When
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.templatetags.static import static
 from django.urls import NoReverseMatch, URLPattern, path, reverse
-from django.utils import timezone
-from django.utils.safestring import mark_safe
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_http_methods
 
-from . import chart
-from .durations import format_duration
-from .heldlocks import lock_server_eviction_policy
-from .models import HeldLock, LockEvent
+from ..durations import format_duration
+from ..heldlocks import lock_server_eviction_policy
+from ..models import HeldLock, LockEvent
 
-__all__ = ["HeldLockAdmin", "LockEventAdmin"]
-
-
-# -- Held locks -------------------------------------------------------------------------
+__all__ = ["HeldLockAdmin"]
 
 HELD_LOCKS_PER_PAGE = 100
 RECENT_EVENTS = 50
@@ -58,18 +51,6 @@ class _Icons(dict[bool, str]):
 
 
 _ICONS = _Icons()
-
-
-def humanize_seconds(seconds: float) -> str:
-    """``3725`` -> ``"1h 2m"``: the two largest units, short enough for a table cell."""
-    total = max(int(seconds), 0)
-    days, rest = divmod(total, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    parts = [(days, "d"), (hours, "h"), (minutes, "m"), (secs, "s")]
-    while len(parts) > 1 and parts[0][0] == 0:
-        parts.pop(0)
-    return " ".join(f"{value}{unit}" for value, unit in parts[:2])
 
 
 def _selection_value(held: HeldLock) -> str:
@@ -100,7 +81,7 @@ class _Row:
         self.selection = _selection_value(held)
         self.owner = held.owner
         self.acquired_at_iso = held.acquired_at.isoformat()
-        self.held_for = humanize_seconds(now - held.acquired_at.timestamp())
+        self.held_for = format_duration(now - held.acquired_at.timestamp())
         self.ttl_seconds = f"{max(held.ttl, 0.0):.3f}"
         self.ttl_display = f"{round(max(held.ttl, 0.0))}s"
         self.lease_display = format_duration(held.lease)
@@ -385,218 +366,3 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 % {"name": name, "fence": fence},
                 messages.ERROR,
             )
-
-
-# -- Lock events ------------------------------------------------------------------------
-
-#: At most this many recent values feed the wait/hold percentiles.
-PERCENTILE_SAMPLE = 10_000
-PERCENTILES = (50, 90, 99)
-
-
-def _bucket_number(starts: list[Any], granularity: str) -> Case:
-    """An expression numbering the bucket each event's ``at`` falls in (``starts`` are
-    the buckets' time-zone aware starts). A ``CASE`` over the edges rather than
-    ``Trunc``, which SQLite evaluates with a Python function row by row."""
-    edges = [*starts[1:], chart.next_bucket(starts[-1], granularity)]
-    return Case(
-        *(When(at__lt=edge, then=Value(index)) for index, edge in enumerate(edges)),
-        default=Value(len(edges) - 1),
-        output_field=IntegerField(),
-    )
-
-
-class LockEventAdminQuerySet(QuerySet):  # type: ignore[type-arg]
-    """The changelist's queryset: ``datetimes("at", ...)``, which the date hierarchy
-    asks for, is answered from the same bucket numbering as the chart (one scan, no
-    per-row function), so it stays fast on every backend."""
-
-    #: Above this many candidate buckets, fall back to Django's own query.
-    MAX_HIERARCHY_BUCKETS = 400
-
-    def datetimes(self, field_name: str, kind: str, order: str = "ASC", tzinfo: Any = None) -> Any:
-        """The distinct ``kind`` ("year", "month", "day") starts that have events."""
-        if field_name != "at" or kind not in ("year", "month", "day") or self.query.is_sliced:
-            return super().datetimes(field_name, kind, order, tzinfo)
-        span = self.order_by().aggregate(start=Min("at"), end=Max("at"))
-        if span["start"] is None:
-            return []
-        zone = tzinfo or timezone.get_current_timezone()
-        starts = chart.bucket_starts(
-            timezone.localtime(span["start"], zone),
-            timezone.localtime(span["end"], zone),
-            kind,
-            limit=self.MAX_HIERARCHY_BUCKETS,
-        )
-        if len(starts) > self.MAX_HIERARCHY_BUCKETS:
-            return super().datetimes(field_name, kind, order, tzinfo)
-        numbers = (
-            self.order_by()
-            .annotate(bucket=_bucket_number(starts, kind))
-            .values_list("bucket", flat=True)
-            .distinct()
-        )
-        found = sorted(starts[number] for number in numbers)
-        return found[::-1] if order == "DESC" else found
-
-
-class LockNameFilter(admin.SimpleListFilter):
-    """``?name=<lock name>``: the events of exactly that lock (the held-lock detail page
-    links here). Any value is accepted; it is shown in the sidebar only while set."""
-
-    title = gettext_lazy("lock name")
-    parameter_name = "name"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        """Only the current value, so the sidebar shows it and offers "All"."""
-        value = self.value()
-        return [(value, value)] if value else []
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet | None:
-        """Exact match on the name (no pattern characters are special)."""
-        value = self.value()
-        return queryset.filter(name=value) if value else queryset
-
-
-@admin.register(LockEvent)
-class LockEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
-    """Read-only history of lock events, with a chart of the current filter above the
-    list: events per time bucket by kind (inline SVG) and wait/hold time percentiles."""
-
-    list_display = (
-        "when",
-        "kind",
-        "name",
-        "owner",
-        "context",
-        "user",
-        "waited",
-        "held",
-    )
-    list_display_links = ("when",)
-    list_filter = ("kind", ("at", admin.DateFieldListFilter), "context", LockNameFilter)
-    search_fields = ("name", "host")
-    date_hierarchy = "at"
-    list_select_related = ("user",)
-    ordering = ("-at", "-id")
-    list_per_page = 100
-    actions = None
-    fields = (
-        "at",
-        "kind",
-        "name",
-        "fence",
-        "host",
-        "pid",
-        "thread",
-        "context",
-        "user",
-        "waited_ms",
-        "held_ms",
-        "reason",
-    )
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet:
-        """Events, as a ``LockEventAdminQuerySet`` (a fast date hierarchy)."""
-        queryset = super().get_queryset(request)
-        return LockEventAdminQuerySet(model=queryset.model, query=queryset.query, using=queryset.db)
-
-    @admin.display(description=gettext_lazy("at"), ordering="at")
-    def when(self, obj: LockEvent) -> str:
-        """Compact local time to the second (the default date format is twice as wide)."""
-        return f"{timezone.localtime(obj.at):%Y-%m-%d %H:%M:%S}"
-
-    @admin.display(description=gettext_lazy("owner"), ordering="host")
-    def owner(self, obj: LockEvent) -> str:
-        """``host:pid thread`` of the process the event is about."""
-        return obj.owner
-
-    @admin.display(description=gettext_lazy("waited (ms)"), ordering="waited_ms")
-    def waited(self, obj: LockEvent) -> str:
-        """Time spent waiting for the lock, in milliseconds."""
-        return _milliseconds(obj.waited_ms)
-
-    @admin.display(description=gettext_lazy("held (ms)"), ordering="held_ms")
-    def held(self, obj: LockEvent) -> str:
-        """Time the lock was held, in milliseconds."""
-        return _milliseconds(obj.held_ms)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        """Events are written by the lock machinery, never by hand."""
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: LockEvent | None = None) -> bool:
-        """History is read-only."""
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: LockEvent | None = None) -> bool:
-        """History is read-only (retention prunes it)."""
-        return False
-
-    def changelist_view(
-        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-    ) -> HttpResponse:
-        """The changelist, with the chart and percentiles of its filtered queryset."""
-        response = super().changelist_view(request, extra_context)
-        context_data = getattr(response, "context_data", None)
-        if context_data is not None and "cl" in context_data:
-            context_data.update(event_chart_context(context_data["cl"].queryset))
-        return response
-
-
-def _milliseconds(value: float | None) -> str:
-    """``1234.5`` -> ``"1,234.5"``; ``None`` -> ``"-"``."""
-    return "-" if value is None else f"{value:,.1f}"
-
-
-def event_chart_context(queryset: QuerySet) -> dict[str, Any]:
-    """Template context for the chart over ``queryset`` (a filtered ``LockEvent``
-    queryset): the SVG and the wait/hold percentiles. Bucket counts are aggregated in
-    the database; percentiles read at most ``PERCENTILE_SAMPLE`` most recent values."""
-    base = queryset.order_by()
-    span = base.aggregate(start=Min("at"), end=Max("at"))
-    current = timezone.get_current_timezone()
-    start = timezone.localtime(span["start"], current) if span["start"] else None
-    end = timezone.localtime(span["end"], current) if span["end"] else None
-    granularity = chart.choose_granularity(start, end)
-    rows: list[tuple[Any, str, int]] = []
-    if start is not None and end is not None:
-        # One scan, grouped by (bucket number, kind).
-        starts = chart.bucket_starts(start, end, granularity)
-        bucket = _bucket_number(starts, granularity)
-        rows = [
-            (starts[index], kind, count)
-            for index, kind, count in base.annotate(bucket=bucket)
-            .values("bucket", "kind")
-            .annotate(count=Count("id"))
-            .order_by("bucket", "kind")
-            .values_list("bucket", "kind", "count")
-        ]
-    data = chart.build_chart(
-        rows, granularity, start, end, kind_labels=dict(LockEvent.Kind.choices)
-    )
-    stats = []
-    for field_name, label in (
-        ("waited_ms", gettext_lazy("waited (ms)")),
-        ("held_ms", gettext_lazy("held (ms)")),
-    ):
-        sample = list(
-            queryset.exclude(**{field_name: None})
-            .order_by("-at", "-id")
-            .values_list(field_name, flat=True)[:PERCENTILE_SAMPLE]
-        )
-        values = chart.percentiles(sample, PERCENTILES)
-        stats.append(
-            {
-                "label": label,
-                "count": len(sample),
-                "values": [_milliseconds(values[p]) for p in PERCENTILES],
-            }
-        )
-    return {
-        "event_chart": data,
-        "event_chart_svg": mark_safe(chart.render_svg(data)),  # noqa: S308 (all text escaped)
-        "event_percentiles": stats,
-        "event_percentile_headers": [f"p{p}" for p in PERCENTILES],
-        "event_percentile_sample": PERCENTILE_SAMPLE,
-    }

@@ -1,0 +1,128 @@
+"""What a renewal decides, the same for the thread and the loop watchdogs: when to renew,
+how long an attempt may wait, what an answer or a failure means, when a hold is
+abandoned or lost, and how its holder is told. No threads, timers or I/O here.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from .core import Call, Hold, extend_call
+from .exceptions import LockError
+
+__all__ = [
+    "abandoned_reason",
+    "after_failure",
+    "after_renewal",
+    "attempt_timeout",
+    "first_renewal",
+    "lease_end_reason",
+    "mark_lost",
+    "released_abandoned",
+    "renewal_call",
+    "settled",
+    "tell_holder",
+]
+
+logger = logging.getLogger("django_distlock")
+
+
+def renewal_call(hold: Hold) -> Call:
+    """The script call that renews ``hold`` to at least its full lease."""
+    return extend_call(hold, hold.lease, "renew")
+
+
+def first_renewal(hold: Hold) -> float:
+    """Monotonic time of the first renewal of a fresh hold."""
+    return hold.valid_until_mono - hold.lease * 2 / 3
+
+
+def attempt_timeout(hold: Hold, now: float) -> float:
+    """How long one renewal attempt of ``hold`` may wait for its answer."""
+    return min(hold.backend.tuning.renewal_attempt, hold.valid_until_mono - now)
+
+
+def abandoned_reason(hold: Hold) -> str:
+    """Why nobody will release ``hold`` any more, or ``""`` while someone may."""
+    if hold.report_lost() is None:
+        return "its lock object was garbage-collected while it held the lock"
+    if not hold.owner_alive():
+        return f"its owner {hold.thread!r} ended without releasing it"
+    return ""
+
+
+def after_renewal(hold: Hold, reply: Any, sent_at: float) -> float | None:
+    """Record a renewal's answer (a reply or a :class:`LockError`); return when to renew
+    next, ``None`` when the lock is lost."""
+    if isinstance(reply, LockError):
+        return after_failure(hold, reply)
+    if reply is None or int(reply) < 0:
+        hold.lost_reason = "the lock was released or taken by another holder"
+        return None
+    hold.valid_until_mono = sent_at + int(reply) / 1000
+    hold.renewal_error = ""
+    return sent_at + hold.lease / 3
+
+
+def after_failure(hold: Hold, exc: BaseException) -> float | None:
+    """Record a failed renewal; return when to retry, or ``None`` if the lease is over."""
+    now = time.monotonic()
+    hold.renewal_error = str(exc)
+    if hold.expired(now):
+        hold.lost_reason = lease_end_reason(hold)
+        return None
+    logger.warning("django-distlock: renewing lock %r failed, will retry: %s", hold.name, exc)
+    return min(now + max(hold.lease / 20, 0.001), hold.valid_until_mono)
+
+
+def lease_end_reason(hold: Hold) -> str:
+    """Why a hold whose lease ended without a confirmed renewal is lost."""
+    if hold.renewal_error:
+        return f"the lease ended while Redis could not be reached ({hold.renewal_error})"
+    return "the lease ended before Redis confirmed a renewal"
+
+
+def settled(hold: Hold) -> bool:
+    """True when the watchdog has nothing more to do for ``hold``."""
+    return hold.released or hold.releasing or hold.lost or not hold.auto_renew
+
+
+def mark_lost(hold: Hold, reason: str = "") -> bool:
+    """Mark ``hold`` lost (``reason`` unless one is set); ``False`` if it needs no report
+    (released meanwhile, or already reported)."""
+    if hold.released or hold.releasing or hold.lost:
+        return False
+    if reason and not hold.lost_reason:
+        hold.lost_reason = reason
+    hold.lost = True
+    return True
+
+
+def tell_holder(hold: Hold) -> None:
+    """Tell whoever holds ``hold`` that it was lost (``on_lost``, events, signals)."""
+    report = hold.report_lost()
+    if report is not None:
+        report(hold)
+
+
+def released_abandoned(hold: Hold, reply: Any) -> None:
+    """Log that an abandoned hold was released (or could not be), then report it."""
+    if isinstance(reply, BaseException):
+        logger.warning(
+            "django-distlock: lock %r held by %s: %s; releasing it failed (%s), it expires "
+            "at its lease end",
+            hold.name,
+            hold.thread,
+            hold.lost_reason,
+            reply,
+        )
+    else:
+        logger.warning(
+            "django-distlock: released lock %r held by %s: %s",
+            hold.name,
+            hold.thread,
+            hold.lost_reason,
+        )
+    tell_holder(hold)
