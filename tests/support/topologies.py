@@ -47,7 +47,7 @@ __all__ = [
 
 T = TypeVar("T")
 
-_POLL_SECONDS = 0.02
+_POLL_SECONDS = 0.05
 _LOG_CHARS_PER_SERVER = 1500
 # Connections the harness opens for its own checks: short, so a paused or dead server
 # makes a check fail quickly and the wait loop try again.
@@ -81,8 +81,8 @@ def _wait_for(
     servers: Iterable[RedisServer],
 ) -> T:
     """Call ``check`` until it returns something other than None (a Redis error counts
-    as not yet); raise TopologyError naming ``what``, the last result or error and the
-    logs of ``servers`` after ``timeout`` seconds."""
+    as not yet); after ``timeout`` seconds raise TopologyError naming ``what``, with the
+    last Redis error and the logs of ``servers``."""
     deadline = time.monotonic() + timeout
     last: object = None
     while True:
@@ -155,8 +155,17 @@ def _acknowledged(primary: RedisServer, replicas: Sequence[RedisServer]) -> bool
     with _probe(primary) as client:
         client.set(key, 1)
         client.delete(key)
-        acknowledged: int = client.wait(len(replicas), _ACK_WAIT_MS)
-    return acknowledged >= len(replicas)
+        info = client.info("replication")
+        # WAIT returns once *any* n replicas acknowledged: wait for all of them, then
+        # read which ones did.
+        client.wait(info["connected_slaves"], _ACK_WAIT_MS)
+        acked = {
+            entry["port"]: entry["offset"]
+            for name, entry in client.info("replication").items()
+            if name.startswith("slave") and isinstance(entry, dict)
+        }
+    target: int = info["master_repl_offset"]
+    return all(acked.get(replica.port, -1) >= target for replica in replicas)
 
 
 def _wait_acknowledged(
@@ -940,3 +949,46 @@ class SlotMigration:
             what=f"Slot {self.slot} served by {self.target!r}",
             servers=self.cluster.nodes,
         )
+
+
+def _measure(rounds: int = 3) -> None:
+    """Print how long each setup takes to start and to stop with this machine's binary:
+    ``python -m tests.support.topologies [ROUNDS]`` (``$DISTLOCK_REDIS_SERVER`` picks it)."""
+    binary = find_server_binary()
+    with RedisServer(binary=binary) as server, server.client() as client:
+        version = (
+            client.info("server").get("valkey_version") or client.info("server")["redis_version"]
+        )
+    print(f"{binary} ({version}), best and worst of {rounds}:")
+    setups: list[Callable[[], _Topology]] = [ReplicatedSetup, SentinelSetup, ClusterSetup]
+    for make in setups:
+        starts, stops = [], []
+        for _round in range(rounds):
+            setup = make().start()
+            setup.stop()
+            assert setup.start_seconds is not None
+            assert setup.stop_seconds is not None
+            starts.append(setup.start_seconds)
+            stops.append(setup.stop_seconds)
+        print(
+            f"  {type(setup).__name__:16} start {min(starts):.2f}-{max(starts):.2f} s"
+            f"   stop {min(stops):.2f}-{max(stops):.2f} s"
+        )
+    with SentinelSetup() as sentinel:
+        manual = sentinel.failover()
+        crash = sentinel.kill_primary_and_wait_for_failover()
+    print(f"  Sentinel failover: SENTINEL FAILOVER {manual:.2f} s, primary killed {crash:.2f} s")
+    with ClusterSetup() as cluster:
+        began = time.monotonic()
+        cluster.failover_primary(cluster.primaries[0], graceful=True)
+        graceful = time.monotonic() - began
+        began = time.monotonic()
+        cluster.failover_primary(cluster.primaries[1])
+        killed = time.monotonic() - began
+    print(f"  Cluster failover: CLUSTER FAILOVER {graceful:.2f} s, primary killed {killed:.2f} s")
+
+
+if __name__ == "__main__":
+    import sys
+
+    _measure(int(sys.argv[1]) if len(sys.argv) > 1 else 3)
