@@ -21,6 +21,7 @@ from tests.postgres_servers import django_db_modify_db_settings, postgres_server
 from tests.redis_servers import RedisServer, install_termination_cleanup
 from tests.settings import REDIS_URL_ENV_VAR
 from tests.support.hygiene import release_abandoned_holds
+from tests.support.topologies import ClusterSetup, ReplicatedSetup, SentinelSetup
 
 _SESSION_SERVER = pytest.StashKey[RedisServer]()
 _CACHES_OVERRIDE = pytest.StashKey[override_settings]()
@@ -94,6 +95,50 @@ def redis_server_factory() -> Iterator[Callable[..., RedisServer]]:
 def private_redis(redis_server_factory: Callable[..., RedisServer]) -> RedisServer:
     """A dedicated, started server that the test may kill, restart or pause."""
     return redis_server_factory()
+
+
+@pytest.fixture(scope="session")
+def sentinel_setup() -> Iterator[SentinelSetup]:
+    """A primary, a replica and three Sentinels (service ``mymaster``) shared by the run.
+
+    Never fail it over, kill or pause anything (use ``private_sentinel``); flush it
+    (``sentinel_setup.flushall()``) or use keys of your own.
+    """
+    with SentinelSetup() as setup:
+        yield setup
+
+
+@pytest.fixture
+def private_sentinel() -> Iterator[SentinelSetup]:
+    """A Sentinel setup of this test's own (about 2 s to start), for failovers."""
+    with SentinelSetup() as setup:
+        yield setup
+
+
+@pytest.fixture(scope="session")
+def cluster_setup() -> Iterator[ClusterSetup]:
+    """A cluster of three primaries with a replica each, shared by the run.
+
+    Never fail over, migrate slots, kill or pause anything (use ``private_cluster``);
+    flush it (``cluster_setup.flushall()``) or use keys of your own.
+    """
+    with ClusterSetup() as setup:
+        yield setup
+
+
+@pytest.fixture
+def private_cluster() -> Iterator[ClusterSetup]:
+    """A cluster of this test's own (about 2 s to start), for failovers and slot
+    migrations."""
+    with ClusterSetup() as setup:
+        yield setup
+
+
+@pytest.fixture
+def replicated_setup() -> Iterator[ReplicatedSetup]:
+    """A primary with two replicas (plain replication) of this test's own, in sync."""
+    with ReplicatedSetup(replicas=2) as setup:
+        yield setup
 
 
 @pytest.fixture

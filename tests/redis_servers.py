@@ -18,6 +18,12 @@ Example::
         primary.kill()
         replica.promote()  # REPLICAOF NO ONE: it takes writes now
 
+    RedisServer(mode="sentinel")  # the same binary as a Sentinel (``--sentinel``)
+    RedisServer(mode="cluster")   # a Cluster node; its bus on a second free port
+
+Whole Sentinel and Cluster topologies are built from these in
+``tests.support.topologies``.
+
 Django-free on purpose, so it can be reused by benchmarks and demo launchers.
 """
 
@@ -32,10 +38,10 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 import redis
 from redis.backoff import NoBackoff
@@ -56,6 +62,12 @@ _LOG_TAIL_CHARS = 4000
 # Logged at notice level once the listening socket is bound, so we never probe a
 # port another process holds.
 _READY_LINE = "Ready to accept connections"
+# A Sentinel never logs the line above; it logs this once its listeners are bound.
+_SENTINEL_READY_LINE = "Sentinel ID is"
+_SENTINEL_CONFIG = "sentinel.conf"
+_CLUSTER_CONFIG = "nodes.conf"
+
+ServerMode = Literal["standalone", "sentinel", "cluster"]
 
 _live_servers: set[RedisServer] = set()
 
@@ -117,6 +129,15 @@ class RedisServer:
     or of whatever listens on that loopback port (a proxy in front of the primary, to
     cut or stall the replication link); a primary's password is passed on as
     ``--masterauth``. See :meth:`wait_until_in_sync` and :meth:`promote`.
+
+    ``mode="sentinel"`` runs the binary as a Redis Sentinel (``<binary> sentinel.conf
+    --sentinel``), which needs a config file it can rewrite: it is created empty in the
+    private directory and kept across ``restart()``, as a Sentinel keeps its state on
+    disk. ``mode="cluster"`` adds ``--cluster-enabled yes``, a ``nodes.conf`` in the
+    private directory (also kept across ``restart()``, so a restarted node rejoins its
+    cluster) and ``--cluster-port`` on a second free port (:attr:`cluster_bus_port`):
+    the default bus port, ``port + 10000``, lies above 65535 for most ephemeral ports.
+    Both modes need the server to be 7.0 or newer.
     """
 
     def __init__(
@@ -127,7 +148,13 @@ class RedisServer:
         startup_timeout: float = 10.0,
         password: str | None = None,
         replica_of: RedisServer | int | None = None,
+        mode: ServerMode = "standalone",
     ) -> None:
+        if mode not in ("standalone", "sentinel", "cluster"):
+            raise ValueError(f"Unknown server mode {mode!r}.")
+        if mode == "sentinel" and replica_of is not None:
+            raise ValueError("A Sentinel cannot be a replica.")
+        self.mode = mode
         self.extra_args = list(extra_args)
         self.password = password
         self.replica_of = replica_of
@@ -135,13 +162,15 @@ class RedisServer:
         self.startup_timeout = startup_timeout
         self._process: subprocess.Popen[bytes] | None = None
         self._port: int | None = None
+        self._bus_port: int | None = None
         self._dir: Path | None = None
         self._log_offset = 0
         self._paused = False
 
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
-        return f"<RedisServer port={self._port} pid={self.pid} {state}>"
+        mode = "" if self.mode == "standalone" else f" {self.mode}"
+        return f"<RedisServer{mode} port={self._port} pid={self.pid} {state}>"
 
     def __enter__(self) -> Self:
         if not self.running:
@@ -164,6 +193,18 @@ class RedisServer:
         return self._port
 
     @property
+    def address(self) -> tuple[str, int]:
+        """``(host, port)``, as Sentinel and Cluster clients name a server."""
+        return (HOST, self.port)
+
+    @property
+    def cluster_bus_port(self) -> int:
+        """The Cluster bus port of a ``mode="cluster"`` node, kept across ``restart()``."""
+        if self._bus_port is None:
+            raise RedisServerError(f"{self!r} is not a started cluster node.")
+        return self._bus_port
+
+    @property
     def url(self) -> str:
         """``redis://127.0.0.1:PORT/0`` (with ``:password@`` when there is one)."""
         auth = f":{self.password}@" if self.password else ""
@@ -178,6 +219,11 @@ class RedisServer:
     def running(self) -> bool:
         """True while our server process exists (also when paused)."""
         return self._process is not None and self._process.poll() is None
+
+    @property
+    def paused(self) -> bool:
+        """True between ``pause()`` and ``resume()`` (or a stop)."""
+        return self._paused and self.running
 
     @property
     def log_path(self) -> Path | None:
@@ -200,10 +246,12 @@ class RedisServer:
         if self.running:
             raise RedisServerError(f"{self!r} is already running.")
         for _attempt in range(_PORT_ATTEMPTS):
+            if self.mode == "cluster":
+                self._bus_port = _free_port()
             if self._launch(_free_port()):
                 return self
         raise RedisServerError(
-            f"Could not bind a free port after {_PORT_ATTEMPTS} attempts.\n{self._log_tail()}"
+            f"Could not bind a free port after {_PORT_ATTEMPTS} attempts.\n{self.log_tail()}"
         )
 
     def restart(self) -> Self:
@@ -212,12 +260,15 @@ class RedisServer:
         if self.running:
             self._terminate()
         if not self._launch(port):
-            raise RedisServerError(f"Port {port} was taken while restarting.\n{self._log_tail()}")
+            raise RedisServerError(f"Port {port} was taken while restarting.\n{self.log_tail()}")
         return self
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL after a grace period; wait; remove the temp directory."""
         self._terminate()
+        self._remove()
+
+    def _remove(self) -> None:
         _live_servers.discard(self)
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
@@ -246,22 +297,46 @@ class RedisServer:
         self._process.send_signal(signum)
 
     def _terminate(self) -> None:
+        self._ask_to_terminate()
+        self._wait_terminated(time.monotonic() + _STOP_GRACE_SECONDS)
+
+    def _ask_to_terminate(self) -> None:
         process = self._process
         if process is None or process.poll() is not None:
-            self._paused = False
             return
         process.terminate()
         if self._paused:
             process.send_signal(signal.SIGCONT)
-        try:
-            process.wait(timeout=_STOP_GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+
+    def _wait_terminated(self, deadline: float) -> None:
+        process = self._process
+        if process is not None and process.poll() is None:
+            try:
+                process.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
         self._paused = False
 
     def _command(self, port: int) -> list[str]:
         assert self._dir is not None
+        if self.mode == "sentinel":
+            return [
+                self.binary,
+                str(self._dir / _SENTINEL_CONFIG),
+                "--sentinel",
+                "--bind",
+                HOST,
+                "--port",
+                str(port),
+                "--daemonize",
+                "no",
+                "--dir",
+                str(self._dir),
+                "--loglevel",
+                "notice",
+                *self.extra_args,
+            ]
         return [
             self.binary,
             "--bind",
@@ -282,8 +357,21 @@ class RedisServer:
             "--repl-diskless-sync-delay",
             "0",
             *(["--requirepass", self.password] if self.password else []),
+            *self._cluster_args(),
             *self._replication_args(),
             *self.extra_args,
+        ]
+
+    def _cluster_args(self) -> list[str]:
+        if self.mode != "cluster":
+            return []
+        return [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            _CLUSTER_CONFIG,
+            "--cluster-port",
+            str(self.cluster_bus_port),
         ]
 
     def _replication_args(self) -> list[str]:
@@ -344,6 +432,8 @@ class RedisServer:
         """Run the server on ``port``; False if the port was already in use."""
         if self._dir is None:
             self._dir = Path(tempfile.mkdtemp(prefix="distlock-redis-"))
+        if self.mode == "sentinel":
+            (self._dir / _SENTINEL_CONFIG).touch()
         assert self.log_path is not None
         with self.log_path.open("ab") as log:
             self._log_offset = log.tell()
@@ -371,14 +461,15 @@ class RedisServer:
                     return False
                 raise RedisServerError(
                     f"{self.binary} exited with code {self._process.returncode} during "
-                    f"startup.\n{self._log_tail()}"
+                    f"startup.\n{self.log_tail()}"
                 )
-            if _READY_LINE in self._log_since_launch() and self._answers_as_our_process():
+            ready_line = _SENTINEL_READY_LINE if self.mode == "sentinel" else _READY_LINE
+            if ready_line in self._log_since_launch() and self._answers_as_our_process():
                 return True
             time.sleep(0.02)
         raise RedisServerError(
             f"{self.binary} did not answer PING on port {self._port} within "
-            f"{self.startup_timeout} s.\n{self._log_tail()}"
+            f"{self.startup_timeout} s.\n{self.log_tail()}"
         )
 
     def _answers_as_our_process(self) -> bool:
@@ -402,18 +493,29 @@ class RedisServer:
             log.seek(self._log_offset)
             return log.read().decode(errors="replace")
 
-    def _log_tail(self) -> str:
+    def log_tail(self, chars: int = _LOG_TAIL_CHARS) -> str:
+        """The last ``chars`` characters of the server log, headed by its path: for
+        error messages."""
         path = self.log_path
         if path is None or not path.exists():
-            return "(no server log)"
+            return f"(no server log for {self!r})"
         text = path.read_text(errors="replace")
-        return f"--- {path} ---\n{text[-_LOG_TAIL_CHARS:]}"
+        return f"--- {path} ({self!r}) ---\n{text[-chars:]}"
 
 
-def stop_all() -> None:
-    """Stop every server still running in this process."""
-    for server in list(_live_servers):
-        server.stop()
+def stop_all(servers: Iterable[RedisServer] | None = None) -> None:
+    """Stop ``servers`` (default: every server still running in this process) at once:
+    SIGTERM to all of them first, then wait, so N servers take as long as one.
+
+    Each still gets the grace period of :meth:`RedisServer.stop` before SIGKILL.
+    """
+    chosen = list(_live_servers if servers is None else servers)
+    for server in chosen:
+        server._ask_to_terminate()
+    deadline = time.monotonic() + _STOP_GRACE_SECONDS
+    for server in chosen:
+        server._wait_terminated(deadline)
+        server._remove()
 
 
 atexit.register(stop_all)

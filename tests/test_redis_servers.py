@@ -212,3 +212,61 @@ def test_subprocesses_get_the_session_server_url(redis_server):
     )
     assert os.environ[REDIS_URL_ENV_VAR] == redis_server.url
     assert result.stdout.strip() == redis_server.url
+
+
+def server_mode(server: RedisServer) -> str:
+    with server.client(decode_responses=True) as client:
+        info = client.info("server")
+    return info.get("server_mode") or info["redis_mode"]  # Valkey, Redis
+
+
+def test_sentinel_mode_runs_the_same_binary_as_a_sentinel(redis_server_factory):
+    sentinel = redis_server_factory(mode="sentinel")
+    assert server_mode(sentinel) == "sentinel"
+    assert sentinel.binary == find_server_binary()
+    assert (sentinel.log_path.parent / "sentinel.conf").is_file()
+    with sentinel.client() as client:
+        assert client.sentinel_masters() == {}
+
+
+def test_cluster_mode_puts_the_bus_on_its_own_free_port_and_rejoins_after_restart(
+    redis_server_factory,
+):
+    node = redis_server_factory(mode="cluster")
+    assert server_mode(node) == "cluster"
+    assert node.cluster_bus_port not in (node.port, node.port + 10000)
+    with node.client(decode_responses=True) as client:
+        assert client.config_get("cluster-port") == {"cluster-port": str(node.cluster_bus_port)}
+        node_id = client.cluster("myid")
+    ports = node.port, node.cluster_bus_port
+    node.kill()
+    node.restart()
+    assert (node.port, node.cluster_bus_port) == ports
+    with node.client(decode_responses=True) as client:
+        assert client.cluster("myid") == node_id
+
+
+def test_modes_are_checked():
+    with pytest.raises(ValueError, match="Unknown server mode"):
+        RedisServer(mode="shard")
+    with pytest.raises(ValueError, match="Sentinel cannot be a replica"):
+        RedisServer(mode="sentinel", replica_of=1234)
+    with pytest.raises(RedisServerError, match="not a started cluster node"):
+        _ = RedisServer().cluster_bus_port
+
+
+def test_stop_all_stops_the_given_servers_together(redis_server_factory):
+    servers = [redis_server_factory() for _ in range(3)]
+    bystander = redis_server_factory()
+    servers[0].pause()
+    pids = [server.pid for server in servers]
+    redis_servers.stop_all(servers)
+    assert not [pid for pid in pids if process_exists(pid)]
+    assert not any(server.running or server.paused for server in servers)
+    assert bystander.running
+
+
+def test_log_tail_names_the_server_and_its_log(private_redis):
+    tail = private_redis.log_tail(200)
+    assert tail.startswith(f"--- {private_redis.log_path} ({private_redis!r}) ---\n")
+    assert len(tail.split("\n", 1)[1]) <= 200

@@ -13,9 +13,9 @@ import contextlib
 import gc
 
 from django_distlock.engine import LockError, process, watchdog
-from django_distlock.engine.renewal import abandoned_reason, settled
 from django_distlock.engine.core import Hold, release_call
 from django_distlock.engine.io import SyncDriver
+from django_distlock.engine.renewal import abandoned_reason, settled
 
 
 def _watched() -> list[Hold]:
@@ -26,11 +26,7 @@ def _watched() -> list[Hold]:
     entries = list(renewer._incoming) + list(renewer._heap)
     unique = {id(entry[-1]): entry[-1] for entry in entries}
     generation = process.generation()
-    return [
-        hold
-        for hold in unique.values()
-        if not settled(hold) and hold.generation == generation
-    ]
+    return [hold for hold in unique.values() if not settled(hold) and hold.generation == generation]
 
 
 def release_abandoned_holds() -> list[str]:
