@@ -1,5 +1,6 @@
 """The lock engine: Redis locks with fencing, notification-based waiting and lease
-renewal, for sync and async code. It does not import Django.
+renewal, for sync and async code, and the listing of the locks held. It does not import
+Django: the Django layer (settings, views, commands, events, the admin) is built on it.
 
 >>> import redis
 >>> from django_distlock.engine import Backend, Lock
@@ -9,7 +10,6 @@ renewal, for sync and async code. It does not import Django.
 """
 
 from .backend import Backend, Event, Observer
-from .core import Tuning
 from .exceptions import (
     LockBackendError,
     LockBackendUnavailable,
@@ -18,14 +18,20 @@ from .exceptions import (
     LockNotAcquired,
     LockNotOwned,
 )
-from .keys import MAX_NAME_LENGTH, MAX_SECONDS, LockKeys, validate_name
+from .keys import MAX_CONTEXT_LENGTH, MAX_NAME_LENGTH, MAX_SECONDS, LockKeys, validate_name
+from .listing import Listing, LockQuery, Page
 from .lock import Lock
+from .records import LockRecord
+from .templates import NameTemplate, TemplateError
+from .tuning import Tuning
 
 __all__ = [
+    "MAX_CONTEXT_LENGTH",
     "MAX_NAME_LENGTH",
     "MAX_SECONDS",
     "Backend",
     "Event",
+    "Listing",
     "Lock",
     "LockBackendError",
     "LockBackendUnavailable",
@@ -34,7 +40,12 @@ __all__ = [
     "LockLost",
     "LockNotAcquired",
     "LockNotOwned",
+    "LockQuery",
+    "LockRecord",
+    "NameTemplate",
     "Observer",
+    "Page",
+    "TemplateError",
     "Tuning",
     "validate_name",
 ]
