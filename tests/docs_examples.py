@@ -71,6 +71,10 @@ RUN_ELSEWHERE = {
 
 # Fenced blocks that are not code, by (file, first line of the block).
 NOT_CODE = {
+    (
+        "docs/architecture.md",
+        "  Django faces    views  view_guard  responses  lockedcommand  management/commands/distlock",
+    ): ("a picture of the layers"),
     ("docs/commands.md", "manage.py distlock list [--prefix P]"): "usage synopsis",
     ("docs/fencing.md", "UPDATE billing_invoice SET status = 'paid', fence = <lock.fence>"): (
         "the SQL fenced_update() runs, in outline"
