@@ -20,6 +20,7 @@ from .engine.exceptions import (
     LockLost,
     LockNotAcquired,
     LockNotOwned,
+    LockNotReplicated,
 )
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ __all__ = [
     "LockLost",
     "LockNotAcquired",
     "LockNotOwned",
+    "LockNotReplicated",
     "LockViewMixin",
     "LockedCommand",
     "LockedCommandMixin",

@@ -230,7 +230,7 @@ def check_eviction_policy(
     if client is None:
         return []  # check_redis_answers reports it
     try:
-        policy = unsafe_eviction_policy(client)
+        policy = unsafe_eviction_policy(client.execute_command)
     finally:
         client.close()
     if policy is None:

@@ -17,6 +17,7 @@ from .exceptions import (
     LockLost,
     LockNotAcquired,
     LockNotOwned,
+    LockNotReplicated,
 )
 from .keys import MAX_CONTEXT_LENGTH, MAX_NAME_LENGTH, MAX_SECONDS, LockKeys, validate_name
 from .listing import Listing, LockQuery, Page
@@ -40,6 +41,7 @@ __all__ = [
     "LockLost",
     "LockNotAcquired",
     "LockNotOwned",
+    "LockNotReplicated",
     "LockQuery",
     "LockRecord",
     "NameTemplate",

@@ -4,22 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
+import inspect
 import logging
 import threading
 import time
 import weakref
-from collections.abc import AsyncGenerator, Callable
+from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import redis
 import redis.asyncio
+import redis.cluster
+import redis.connection
 
 from . import process
 from .exceptions import LockError
-from .keys import validate_prefix, validate_seconds
-from .pools import AsyncConnectionPool, ConnectionPool, connection_settings
+from .keys import validate_prefix, validate_replicas, validate_seconds
+from .pools import connection_settings
+from .topology import Cluster, ConnectionSource, Node, SingleServer, Topology
 from .tuning import Tuning
 
 __all__ = ["Backend", "Event", "Observer"]
@@ -55,18 +58,28 @@ AsyncClientSource = redis.asyncio.Redis | Callable[[], redis.asyncio.Redis]
 
 
 class Backend:
-    """The Redis server a set of locks lives on, and their defaults.
+    """The Redis a set of locks lives on, and their defaults.
 
-    ``client`` serves the sync methods of a lock, ``async_client`` the async ones: either
-    a ``redis.asyncio.Redis`` or a callable that makes one (called once per event loop,
-    since asyncio connections belong to one loop). Keys are written under ``prefix``
-    only. ``timeout`` and ``auto_renew`` are the defaults of locks that do not set them.
-    ``observer`` is called with an :class:`Event` for every lock event; it must be quick
-    and its errors are logged, never raised into the lock.
+    Where the locks live, one of:
 
-    Blocking waits, renewals and calls that overflow an exhausted client pool use
-    connections of the backend's own (:mod:`.pools`), built from the client's settings.
-    A process forked from this one starts with none of them.
+    - ``client``: a ``redis.Redis`` (one server, or the primary of a
+      ``redis.sentinel.Sentinel(...).master_for(...)`` client), and/or ``async_client``:
+      a ``redis.asyncio.Redis`` or a callable that makes one (the async twin);
+    - ``cluster``: seed node URLs of a Redis/Valkey Cluster
+      (``["redis://10.0.0.1:7000", ...]``, credentials and TLS taken from the first), or a
+      ``redis.cluster.RedisCluster`` as ``client``.
+
+    The clients are where the settings come from (server, credentials, TLS, timeouts):
+    the engine talks to every node on connections of its own (:mod:`.topology`,
+    :mod:`.pools`), sync and async, so that a script, its ``WAIT`` for replicas and a
+    waiter's ``BLPOP`` reach the node holding the lock's keys. A process forked from this
+    one opens its own.
+
+    Keys are written under ``prefix`` only. ``timeout``, ``auto_renew`` and
+    ``min_replicas`` are the defaults of locks that do not set them (``replica_timeout``:
+    seconds an acquire waits for replicas to acknowledge it). ``observer`` is called with
+    an :class:`Event` for every lock event; it must be quick and its errors are logged,
+    never raised into the lock.
 
     >>> import redis
     >>> backend = Backend(redis.Redis(), prefix="myapp:locks:")
@@ -74,19 +87,25 @@ class Backend:
 
     def __init__(
         self,
-        client: redis.Redis | None = None,
+        client: redis.Redis | redis.cluster.RedisCluster | None = None,
         *,
         async_client: AsyncClientSource | None = None,
+        cluster: Sequence[str] | None = None,
         prefix: str = "distlock:",
         timeout: float = 30.0,
         auto_renew: bool = True,
+        min_replicas: int = 0,
+        replica_timeout: float = 0.1,
         observer: Observer | None = None,
         tuning: Tuning | None = None,
     ) -> None:
-        if client is None and async_client is None:
-            raise TypeError("Backend needs a client, an async_client, or both")
-        if client is not None and not isinstance(client, redis.Redis):
-            raise TypeError(f"client must be a redis.Redis, not {type(client).__name__}")
+        if client is None and async_client is None and cluster is None:
+            raise TypeError("Backend needs a client, an async_client, a cluster, or both clients")
+        if client is not None and not isinstance(client, redis.Redis | redis.cluster.RedisCluster):
+            raise TypeError(
+                f"client must be a redis.Redis or a redis.cluster.RedisCluster, "
+                f"not {type(client).__name__}"
+            )
         if not isinstance(auto_renew, bool):
             raise TypeError(f"auto_renew must be a bool, not {type(auto_renew).__name__}")
         if observer is not None and not callable(observer):
@@ -94,87 +113,142 @@ class Backend:
         self.prefix = validate_prefix(prefix)
         self.timeout = validate_seconds(timeout, "timeout")
         self.auto_renew = auto_renew
+        self.min_replicas = validate_replicas(min_replicas, "min_replicas")
+        self.replica_timeout = validate_seconds(replica_timeout, "replica_timeout")
         self.observer = observer
         self.tuning: Tuning = tuning if tuning is not None else Tuning()
         self._client = client
         self._async_source = async_client
         self._lock = threading.Lock()
-        self._pool: ConnectionPool | None = None
-        self._async_clients: weakref.WeakKeyDictionary[
-            asyncio.AbstractEventLoop,
-            tuple[redis.asyncio.Redis, AsyncConnectionPool, Any],
-        ] = weakref.WeakKeyDictionary()
+        self._topology = self._build_topology(client, async_client, cluster)
+        self._closers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
+            weakref.WeakKeyDictionary()
+        )
         _backends.add(self)
 
     def __repr__(self) -> str:
-        return f"<Backend prefix={self.prefix!r} client={self._client!r}>"
+        return f"<Backend prefix={self.prefix!r} {type(self._topology).__name__}>"
 
     @property
-    def client(self) -> redis.Redis:
-        """The sync client (``LockError`` if this backend has none)."""
+    def client(self) -> redis.Redis | redis.cluster.RedisCluster:
+        """The sync client given (``LockError`` if this backend has none)."""
         if self._client is None:
             raise LockError("this backend has no sync client: pass Backend(client=...)")
         return self._client
 
-    def pool(self) -> ConnectionPool:
-        """The backend's own sync connections (waits, renewals, overflow)."""
-        pool = self._pool
-        if pool is None:
-            with self._lock:
-                if self._pool is None:
-                    self._pool = ConnectionPool(*connection_settings(self.client.connection_pool))
-                pool = self._pool
-        return pool
+    # -- where keys live ----------------------------------------------------------------
 
-    def async_client(self) -> redis.asyncio.Redis:
-        """The async client for the running event loop."""
-        return self._async_pair()[0]
+    def _build_topology(
+        self, client: Any, async_client: Any, cluster: Sequence[str] | None
+    ) -> Topology:
+        if cluster is not None:
+            if isinstance(cluster, str) or not cluster:
+                raise TypeError("cluster must be a non-empty list of seed node URLs")
+            seeds = [_address(redis.connection.parse_url(url)) for url in cluster]
+            return Cluster(seeds, _url_source(cluster[0]))
+        if isinstance(client, redis.cluster.RedisCluster):
+            return Cluster(_cluster_seeds(client), _cluster_source(client))
+        return SingleServer(_client_source(client, async_client))
 
-    def async_pool(self) -> AsyncConnectionPool:
-        """The backend's own async connections for the running loop."""
-        return self._async_pair()[1]
+    def topology_now(self) -> Topology:
+        """Where keys live as known now, without any I/O (a cluster's slot map may not be
+        read yet: its ``node_for`` then raises ``LookupError``)."""
+        return self._topology
 
-    def _async_pair(self) -> tuple[redis.asyncio.Redis, AsyncConnectionPool]:
-        loop = asyncio.get_running_loop()
-        pair = self._async_clients.get(loop)
-        if pair is None:
-            source = self._async_source
-            if source is None:
-                raise LockError("this backend has no async client: pass Backend(async_client=...)")
-            client = source if isinstance(source, redis.asyncio.Redis) else source()
-            pool = AsyncConnectionPool(*connection_settings(client.connection_pool))
-            closer = _close_at_loop_shutdown(
-                client,
-                pool,
-                owned=client is not source,
-                forget=functools.partial(self._async_clients.pop, loop, None),
-            )
-            pair = (client, pool, closer)
-            self._async_clients[loop] = pair
-        return pair[0], pair[1]
+    def topology(self) -> Topology:
+        """Where keys live, with a cluster's slot map read (sync I/O if needed)."""
+        topology = self._topology
+        if isinstance(topology, Cluster) and not topology.mapped:
+            self._read_slots_sync(topology)
+        return topology
 
-    def _forget_after_fork(self) -> None:
-        # The parent's connections stay the parent's: they are neither used nor closed
-        # here (closing an asyncio connection needs the parent's loop), only forgotten.
-        _inherited.append((self._pool, dict(self._async_clients)))
-        self._lock = threading.Lock()
-        self._pool = None
-        self._async_clients = weakref.WeakKeyDictionary()
+    async def atopology(self) -> Topology:
+        """Async twin of :meth:`topology` (and the running loop's connections are closed
+        when the loop shuts down)."""
+        self.watch_loop()
+        topology = self._topology
+        if isinstance(topology, Cluster) and not topology.mapped:
+            await self._read_slots_async(topology)
+        return topology
+
+    def node_failed(self, node: Node) -> None:
+        """A node stopped answering: a cluster re-reads its slot map before the next
+        command (a replica may have been promoted)."""
+        if isinstance(self._topology, Cluster):
+            self._topology.mapped = False
+
+    def _read_slots_sync(self, topology: Cluster) -> None:
+        errors = []
+        for node in topology.seed_nodes():
+            pool = node.pool
+            connection = pool.get()
+            try:
+                connection.send_command("CLUSTER", "SLOTS")
+                reply = connection.read_response()
+            except (redis.RedisError, OSError) as exc:
+                pool.discard(connection)
+                errors.append(f"{node}: {exc}")
+                continue
+            pool.put(connection)
+            topology.load_slots(reply)
+            return
+        raise redis.ConnectionError(f"no cluster node answered CLUSTER SLOTS: {errors}")
+
+    async def _read_slots_async(self, topology: Cluster) -> None:
+        errors = []
+        for node in topology.seed_nodes():
+            pool = node.async_pool()
+            connection = await pool.get()
+            try:
+                await connection.send_command("CLUSTER", "SLOTS")
+                reply = await connection.read_response()
+            except (redis.RedisError, OSError) as exc:
+                await pool.discard(connection)
+                errors.append(f"{node}: {exc}")
+                continue
+            await pool.put(connection)
+            topology.load_slots(reply)
+            return
+        raise redis.ConnectionError(f"no cluster node answered CLUSTER SLOTS: {errors}")
 
     def close(self) -> None:
-        """Close the idle connections this backend opened for sync locks. The client
-        passed in is the caller's to close."""
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            pool.close()
+        """Close the idle sync connections this backend opened. The clients passed in are
+        the caller's to close."""
+        for node in (
+            self._topology.nodes()
+            if not isinstance(self._topology, Cluster)
+            else list(self._topology._nodes.values())
+        ):
+            node.drop_idle()
 
     async def aclose(self) -> None:
         """Close the connections this backend opened on the running event loop (closed
         anyway when the loop shuts down through ``asyncio.run``)."""
-        entry = self._async_clients.pop(asyncio.get_running_loop(), None)
-        if entry is not None:
-            closer = entry[2]
-            await closer.aclose()
+        loop = asyncio.get_running_loop()
+        self._closers.pop(loop, None)
+        for node in self._all_nodes():
+            pool = node._async_pools.pop(loop, None)
+            if pool is not None:
+                await pool.close()
+
+    def _all_nodes(self) -> list[Node]:
+        topology = self._topology
+        if isinstance(topology, Cluster):
+            return list(topology._nodes.values())
+        return topology.nodes()
+
+    def watch_loop(self) -> None:
+        """Make sure the running loop's connections are closed when it shuts down."""
+        loop = asyncio.get_running_loop()
+        if loop not in self._closers:
+            self._closers[loop] = _close_at_loop_shutdown(self, loop)
+
+    def _forget_after_fork(self) -> None:
+        # The parent's connections stay the parent's: they are neither used nor closed
+        # here (closing an asyncio connection needs the parent's loop), only forgotten.
+        _inherited.append([node.forget_connections() for node in self._all_nodes()])
+        self._lock = threading.Lock()
+        self._closers = weakref.WeakKeyDictionary()
 
     def emit(self, event: Event) -> None:
         """Tell the observer about ``event``; never raises."""
@@ -190,28 +264,30 @@ class Backend:
 
 
 def _close_at_loop_shutdown(
-    client: redis.asyncio.Redis,
-    pool: AsyncConnectionPool,
-    *,
-    owned: bool,
-    forget: Callable[[], Any],
+    backend: Backend, loop: asyncio.AbstractEventLoop
 ) -> AsyncGenerator[None, None]:
-    """Close ``pool`` (and ``client`` if we made it) when the running loop shuts down.
+    """Close ``backend``'s connections of ``loop`` when the loop shuts down.
 
     Asyncio connections belong to one loop and must be closed on it. An event loop has
     no shutdown callback, but ``shutdown_asyncgens()`` (called by ``asyncio.run`` and by
     test runners) closes every async generator started on it, so we start one whose
     ``finally`` does the clean-up. The returned generator must be kept referenced.
     """
+    backend_ref = weakref.ref(backend)
 
     async def closer() -> AsyncGenerator[None, None]:
         try:
             yield
         finally:
-            forget()  # the clients reference the loop: drop them so it can be collected
-            await pool.close()
-            if owned:
-                await client.aclose()
+            owner = backend_ref()
+            if owner is not None:
+                # These entries reference the loop they are keyed by: drop them, or
+                # neither they nor the loop could ever be collected.
+                owner._closers.pop(loop, None)
+                for node in owner._all_nodes():
+                    pool = node._async_pools.pop(loop, None)
+                    if pool is not None:
+                        await pool.close()
 
     generator = closer()
     # Run it to its first `yield` without awaiting (it awaits nothing before), which
@@ -219,6 +295,71 @@ def _close_at_loop_shutdown(
     with contextlib.suppress(StopIteration):
         generator.asend(None).send(None)
     return generator
+
+
+def _client_source(
+    client: redis.Redis | None, async_source: AsyncClientSource | None
+) -> ConnectionSource:
+    """The connection settings of a client pair; the async client's (or its factory's,
+    called once) are read when async code first needs them."""
+
+    def async_settings() -> tuple[type[Any], dict[str, Any]] | None:
+        if async_source is None:
+            return None
+        client = async_source if isinstance(async_source, redis.asyncio.Redis) else async_source()
+        return connection_settings(client.connection_pool)
+
+    sync = connection_settings(client.connection_pool) if client is not None else None
+    return ConnectionSource(sync, async_settings)
+
+
+def _address(options: dict[str, Any]) -> tuple[str, int]:
+    return str(options.get("host") or "localhost"), int(options.get("port") or 6379)
+
+
+_NOT_CONNECTION_KWARGS = ("host", "port", "connection_class", "max_connections", "path", "url")
+
+
+def _url_source(url: str) -> ConnectionSource:
+    """The connection settings of a cluster seed URL (credentials, TLS), for every node."""
+    options = redis.connection.parse_url(url)
+    tls = (
+        options.pop("connection_class", redis.connection.Connection)
+        is redis.connection.SSLConnection
+    )
+    kwargs = {k: v for k, v in options.items() if k not in _NOT_CONNECTION_KWARGS}
+    return ConnectionSource(
+        (redis.connection.SSLConnection if tls else redis.connection.Connection, kwargs),
+        (redis.asyncio.SSLConnection if tls else redis.asyncio.Connection, _async_kwargs(kwargs)),
+    )
+
+
+def _cluster_seeds(client: redis.cluster.RedisCluster) -> list[tuple[str, int]]:
+    nodes = client.nodes_manager.startup_nodes.values()
+    return [(node.host, int(node.port)) for node in nodes]
+
+
+def _cluster_source(client: redis.cluster.RedisCluster) -> ConnectionSource:
+    kwargs = {
+        k: v
+        for k, v in client.nodes_manager.connection_kwargs.items()
+        if k not in _NOT_CONNECTION_KWARGS and k != "maint_notifications_pool_handler"
+    }
+    sync_class = client.nodes_manager.connection_kwargs.get(
+        "connection_class", redis.connection.Connection
+    )
+    tls = issubclass(sync_class, redis.connection.SSLConnection)
+    return ConnectionSource(
+        (sync_class, kwargs),
+        (redis.asyncio.SSLConnection if tls else redis.asyncio.Connection, _async_kwargs(kwargs)),
+    )
+
+
+def _async_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Sync connection settings made fit for ``redis.asyncio`` connections: only the
+    arguments they take, without the sync ``retry`` policy (the engine retries itself)."""
+    accepted = inspect.signature(redis.asyncio.SSLConnection).parameters
+    return {k: v for k, v in kwargs.items() if k in accepted and k != "retry"}
 
 
 _backends: weakref.WeakSet[Backend] = weakref.WeakSet()

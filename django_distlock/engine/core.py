@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from . import process
 from .exceptions import LockError
 from .keys import LockKeys, clean_label
-from .scripts import ACQUIRE, EXTEND, PASS_ON, RELEASE, TTL, Script
+from .scripts import ACQUIRE, EXTEND, PASS_ON, RELEASE, TTL, WAKE, Script
 from .tuning import Tuning, ms
 
 if TYPE_CHECKING:
@@ -35,7 +35,9 @@ __all__ = [
     "CallEndingWait",
     "Hold",
     "NotAcquired",
+    "NotReplicated",
     "Op",
+    "Replicated",
     "StartWait",
     "Tuning",
     "acquire_steps",
@@ -43,6 +45,8 @@ __all__ = [
     "new_token",
     "owner_metadata",
     "release_call",
+    "release_steps",
+    "replication_report",
     "ttl_call",
 ]
 
@@ -51,11 +55,25 @@ HOSTNAME = clean_label(socket.gethostname())
 
 @dataclass(slots=True)
 class Call:
-    """Run ``script`` with ``keys`` and ``args``; the driver sends back the reply."""
+    """Run ``script`` with ``keys`` and ``args``; the driver sends back the reply.
+
+    With ``replicas`` (a count and a timeout in ms), a ``WAIT`` follows the script on the
+    same connection, in the same round trip, and the driver sends back
+    ``Replicated(reply, acknowledged)``.
+    """
 
     script: Script
     keys: tuple[str, ...]
     args: tuple[str | int, ...]
+    replicas: tuple[int, int] | None = None
+
+
+@dataclass(slots=True)
+class Replicated:
+    """A script's reply, and how many replicas acknowledged its writes (``WAIT``)."""
+
+    reply: Any
+    acknowledged: int
 
 
 @dataclass(slots=True)
@@ -107,6 +125,16 @@ class Acquired:
     fence: int
     acquired_at_us: int
     sent_at: float
+
+
+@dataclass(slots=True)
+class NotReplicated:
+    """The lock was taken, then given back: only ``acknowledged`` of ``required``
+    replicas confirmed it in time."""
+
+    acknowledged: int
+    required: int
+    timeout_ms: int
 
 
 @dataclass(slots=True)
@@ -195,10 +223,46 @@ def extend_call(hold: Hold, seconds: float, mode: str) -> Call:
     return Call(EXTEND, (keys.lock, keys.index), (hold.token, ms(seconds), hold.name, mode))
 
 
-def release_call(hold: Hold) -> Call:
-    """The script call that releases ``hold`` (only if it still holds the lock)."""
-    liveness_ms = hold.backend.tuning.waiter_liveness_ms
-    return Call(RELEASE, hold.keys.all(), (hold.token, hold.name, liveness_ms))
+def release_call(keys: LockKeys, token: str, liveness_ms: int) -> Call:
+    """The script call that releases the lock of ``keys`` if it still holds ``token``."""
+    return Call(RELEASE, keys.all(), (token, keys.name, liveness_ms))
+
+
+def release_steps(keys: LockKeys, token: str, liveness_ms: int) -> Generator[Op, Any, bool]:
+    """Steps to release the lock of ``keys`` held with ``token``: ``True`` when it was
+    held and is released (a fair waiter whose turn it now is gets woken)."""
+    reply = yield release_call(keys, token, liveness_ms)
+    yield from _wake(keys, reply[1], liveness_ms)
+    return int(reply[0]) == 1
+
+
+def _wake(keys: LockKeys, head: Any, liveness_ms: int) -> Generator[Op, Any, None]:
+    """Wake fair waiter ``head`` (a script's answer: ``b""`` when there is none). Its list
+    is not among the lock's keys, so it is pushed to here; losing this push only makes
+    the waiter notice at its next re-check."""
+    if head:
+        waiter = head.decode() if isinstance(head, bytes) else str(head)
+        with contextlib.suppress(LockError):
+            yield Call(WAKE, (keys.wake(waiter),), (liveness_ms,))
+
+
+def replication_report(role: Any) -> str:
+    """What a primary's ``ROLE`` reply says of its replicas, for an error message:
+    ``" (the primary has 2 connected replicas, 1,234 bytes behind at most)"``."""
+    if not isinstance(role, list | tuple) or len(role) < 3:
+        return ""
+    kind = role[0].decode() if isinstance(role[0], bytes) else str(role[0])
+    if kind != "master":
+        return f" (the node answering is a {kind}, not a primary)"
+    offset, replicas = int(role[1]), role[2]
+    if not replicas:
+        return " (the primary has no connected replica)"
+    behind = max(offset - int(replica[2]) for replica in replicas)
+    count = len(replicas)
+    return (
+        f" (the primary has {count} connected replica{'s' if count != 1 else ''}, "
+        f"{behind:,} bytes behind at most)"
+    )
 
 
 def ttl_call(hold: Hold) -> Call:
@@ -241,9 +305,14 @@ def acquire_steps(
     blocking: bool,
     deadline: float | None,
     tuning: Tuning,
-) -> Generator[Op, Any, Acquired | NotAcquired]:
+    replicas: tuple[int, int] | None = None,
+) -> Generator[Op, Any, Acquired | NotAcquired | NotReplicated]:
     """Steps to take a lock, waiting (until the monotonic ``deadline``, or forever when
     it is ``None``) if ``blocking``.
+
+    With ``replicas`` (``(count, timeout_ms)``), every attempt is followed by a ``WAIT``
+    in the same round trip; a lock taken but acknowledged by fewer replicas is given
+    back at once (:class:`NotReplicated`).
 
     A waiter blocks on a wake-up list that every release pushes to, and re-checks no
     later than the holder's lease end, so both a release and a crashed holder are
@@ -251,10 +320,9 @@ def acquire_steps(
     cancelled task, ``KeyboardInterrupt``) at any point after the acquire script may have
     run, the lock is given back before the interruption propagates.
     """
-    all_keys = keys.all()
     waiter = token[:16] if blocking else ""
-    own_list = keys.wake(waiter)
-    wait_keys = (own_list,) if fair else (own_list, keys.signal)
+    all_keys = keys.all(waiter)
+    wait_keys = (keys.wake(waiter),) if fair else (keys.wake(waiter), keys.signal)
     liveness_ms = tuning.waiter_liveness_ms
     args = (
         token,
@@ -267,7 +335,7 @@ def acquire_steps(
         "1" if fair else "0",
         "",
     )
-    ending_args = (*args[:-1], waiter)
+    ending_args = (*args[:-1], "1")
     queued_as = waiter if fair else ""
     waiting = False  # a BLPOP is outstanding
     consumed = False  # a wake-up reached us that we did not turn into the lock
@@ -282,12 +350,21 @@ def acquire_steps(
                 # The holder's lease (or the re-check interval) is over: try again, and
                 # end the BLPOP in the same round trip.
                 waiting = False
-                reply, woken = yield CallEndingWait(Call(ACQUIRE, all_keys, ending_args))
+                reply, woken = yield CallEndingWait(Call(ACQUIRE, all_keys, ending_args, replicas))
                 consumed = consumed or woken
             else:
-                reply = yield Call(ACQUIRE, all_keys, args)
+                reply = yield Call(ACQUIRE, all_keys, args, replicas)
+            acknowledged = None
+            if type(reply) is Replicated:
+                reply, acknowledged = reply.reply, reply.acknowledged
             may_hold = False
             if reply[0] == 1:
+                if replicas is not None and acknowledged is not None and acknowledged < replicas[0]:
+                    # Not on enough replicas: a failover now could forget it. Give it back.
+                    may_hold = True
+                    yield from release_steps(keys, token, liveness_ms)
+                    may_hold = consumed = enqueued = False
+                    return NotReplicated(acknowledged, replicas[0], replicas[1])
                 acquired = Acquired(int(reply[1]), int(reply[2]), sent_at)
                 may_hold = True
                 # No wait is outstanding here (a re-check after the timer ends it in the
@@ -297,6 +374,8 @@ def acquire_steps(
                 return acquired
             wait_ms = int(reply[1])
             enqueued = enqueued or (blocking and fair)
+            if reply[2] and reply[2] not in (waiter, waiter.encode()):
+                yield from _wake(keys, reply[2], liveness_ms)
             remaining = math.inf if deadline is None else deadline - time.monotonic()
             if not blocking or remaining <= 0:
                 return NotAcquired(wait_ms / 1000 if wait_ms >= 0 else None)
@@ -321,7 +400,7 @@ def acquire_steps(
         if may_hold:
             # Only our own token is deleted, so this is safe even if the script never ran.
             with contextlib.suppress(LockError):
-                yield Call(RELEASE, all_keys, (token, name, liveness_ms))
+                yield from release_steps(keys, token, liveness_ms)
         raise
     finally:
         # Leaving without the lock (or on error): end the wait and hand on any wake-up
@@ -330,13 +409,16 @@ def acquire_steps(
             if waiting:
                 waiting = False
                 handed_on = "1" if consumed else "0"
-                _, woken = yield CallEndingWait(
-                    Call(PASS_ON, all_keys, (queued_as, liveness_ms, handed_on, waiter))
+                reply, woken = yield CallEndingWait(
+                    Call(PASS_ON, all_keys, (queued_as, liveness_ms, handed_on, "1"))
                 )
+                yield from _wake(keys, reply[1], liveness_ms)
                 if woken:
-                    yield Call(PASS_ON, all_keys, ("", liveness_ms, "1", ""))
+                    reply = yield Call(PASS_ON, all_keys, ("", liveness_ms, "1", ""))
+                    yield from _wake(keys, reply[1], liveness_ms)
             elif consumed or enqueued:
                 handed_on = "1" if consumed else "0"
-                yield Call(PASS_ON, all_keys, (queued_as, liveness_ms, handed_on, ""))
+                reply = yield Call(PASS_ON, all_keys, (queued_as, liveness_ms, handed_on, ""))
+                yield from _wake(keys, reply[1], liveness_ms)
         except LockError:
             pass

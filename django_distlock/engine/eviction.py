@@ -6,12 +6,13 @@ any key; ``volatile-*`` policies evict keys with a TTL, which every lock key has
 ``noeviction`` (Redis's default; a cache usually runs with an LRU policy) keeps locks
 until they are released or their lease ends.
 
->>> unsafe_eviction_policy(client)                     # doctest: +SKIP
+>>> unsafe_eviction_policy(client.execute_command)     # doctest: +SKIP
 'allkeys-lru'
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -29,29 +30,52 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def eviction_policy(client: redis.Redis) -> str | None:
-    """The server's ``maxmemory-policy``: from ``CONFIG GET``, or from ``INFO memory``
+def eviction_policy(execute: Callable[..., Any]) -> str | None:
+    """The server's ``maxmemory-policy``, asked through ``execute(*command)`` (a client's
+    ``execute_command``, or one node's): from ``CONFIG GET``, or from ``INFO memory``
     where ``CONFIG`` is not allowed (ACLs, managed services renaming it). ``None`` when
     neither answers; never raises."""
     try:
-        reply = client.config_get("maxmemory-policy")
+        reply = execute("CONFIG", "GET", "maxmemory-policy")
     except redis.ResponseError:
-        reply = {}
+        reply = None
     except _ERRORS:
         return None
-    policy = _text(next(iter(reply.values()), None)) if isinstance(reply, dict) else None
+    policy = _policy_from_config(reply)
     if policy is not None:
         return policy
     try:
-        info = client.info("memory")
+        info = execute("INFO", "memory")
     except _ERRORS:
         return None
-    return _text(info.get("maxmemory_policy")) if isinstance(info, dict) else None
+    return _policy_from_info(info)
 
 
-def unsafe_eviction_policy(client: redis.Redis) -> str | None:
+def unsafe_eviction_policy(execute: Callable[..., Any]) -> str | None:
     """The server's ``maxmemory-policy`` if it lets the server evict lock keys (anything
     but ``noeviction``), else ``None`` (also when it cannot be read). One round trip
     (two where ``CONFIG`` is refused); never raises."""
-    policy = eviction_policy(client)
+    policy = eviction_policy(execute)
     return None if policy in (None, SAFE_EVICTION_POLICY) else policy
+
+
+def _policy_from_config(reply: Any) -> str | None:
+    # CONFIG GET answers a flat [name, value] list (RESP2) or a map (RESP3, clients).
+    if isinstance(reply, dict):
+        return _text(next(iter(reply.values()), None))
+    if isinstance(reply, list | tuple) and len(reply) >= 2:
+        return _text(reply[1])
+    return None
+
+
+def _policy_from_info(info: Any) -> str | None:
+    # INFO answers text from a raw connection, a dict from a client.
+    if isinstance(info, dict):
+        return _text(info.get("maxmemory_policy"))
+    text = _text(info)
+    if text is None:
+        return None
+    for line in text.splitlines():
+        if line.startswith("maxmemory_policy:"):
+            return line.partition(":")[2].strip() or None
+    return None

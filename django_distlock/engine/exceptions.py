@@ -9,6 +9,7 @@ __all__ = [
     "LockLost",
     "LockNotAcquired",
     "LockNotOwned",
+    "LockNotReplicated",
 ]
 
 
@@ -49,6 +50,20 @@ class LockBackendUnavailable(LockError):
     """Redis could not be reached, did not answer in time, or said it cannot serve
     writes right now (a replica during failover, loading, out of memory, cluster down);
     no lock state was changed that the caller could rely on. Retrying later may work."""
+
+
+class LockNotReplicated(LockBackendUnavailable):
+    """The lock was taken on the primary, but fewer replicas than ``min_replicas``
+    acknowledged it within ``replica_timeout``: it was given back at once (a failover
+    now could promote a replica without it). ``acknowledged`` and ``required`` say how
+    many; the message says what the server reported about its replicas."""
+
+    def __init__(
+        self, message: str, *, name: str | None = None, acknowledged: int = 0, required: int = 0
+    ) -> None:
+        super().__init__(message, name=name)
+        self.acknowledged = acknowledged
+        self.required = required
 
 
 class LockBackendError(LockError):

@@ -1,5 +1,6 @@
-"""The two I/O shells: they carry out the steps of :mod:`.core` with a sync or an async
-Redis client. Everything they know about locks is in the steps they are given.
+"""The two I/O shells: they carry out the steps of :mod:`.core` with sync or async
+connections of the backend's own, on the node that serves each key (:mod:`.topology`).
+Everything they know about locks is in the steps they are given.
 
 Every Redis or socket failure leaves here as a :class:`LockError`: the server could not
 be reached or cannot serve right now (:class:`LockBackendUnavailable`), or it answered
@@ -7,17 +8,19 @@ with an error retrying will not cure (:class:`LockBackendError`).
 
 Why this module is long: the two drivers mirror each other method by method, and
 reading them side by side is what keeps them mirrored (redis-py's separate sync and
-async lock files drifted apart). Only their I/O differs.
+async lock files drifted apart). Only their I/O differs; what to do with a redirect is
+decided once, in :func:`.topology.redirect_of`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Generator
+from collections.abc import Awaitable, Generator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import (
+    AskError,
     ClusterDownError,
     ConnectionError,
     NoScriptError,
@@ -28,8 +31,9 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from .core import AwaitWait, Call, CallEndingWait, Op, StartWait
+from .core import AwaitWait, Call, CallEndingWait, Op, Replicated, StartWait
 from .exceptions import LockBackendError, LockBackendUnavailable, LockError
+from .topology import Node, redirect_of
 
 if TYPE_CHECKING:
     from .backend import Backend
@@ -40,6 +44,7 @@ __all__ = [
     "SyncDriver",
     "completed",
     "failure",
+    "pack",
     "unavailable",
 ]
 
@@ -49,8 +54,15 @@ BACKEND_ERRORS = (RedisError, OSError)
 
 # Error replies that mean "not now" rather than "never": a replica that is not (yet) the
 # primary, a server loading its data or busy with a script, out of memory, a cluster
-# without a quorum, too few replicas for min-replicas-to-write.
-_TRANSIENT_REPLIES = (ReadOnlyError, ClusterDownError, TryAgainError, OutOfMemoryError)
+# without a quorum or in the middle of a migration, too few replicas for
+# min-replicas-to-write.
+_TRANSIENT_REPLIES = (
+    ReadOnlyError,
+    ClusterDownError,
+    TryAgainError,
+    OutOfMemoryError,
+    AskError,
+)
 _TRANSIENT_PREFIXES = ("BUSY", "LOADING", "MASTERDOWN", "NOREPLICAS", "READONLY", "TRYAGAIN")
 
 # How long the answer to a BLPOP that we just ended may take at most when the client has
@@ -69,6 +81,8 @@ def unavailable(name: str | None, exc: BaseException) -> LockBackendUnavailable:
 def failure(name: str | None, exc: BaseException) -> LockError:
     """The :class:`LockError` for a failed Redis call: ``LockBackendError`` for an error
     reply that retrying will not cure, ``LockBackendUnavailable`` for everything else."""
+    if isinstance(exc, LockError):
+        return exc
     if (
         isinstance(exc, ResponseError)
         and not isinstance(exc, _TRANSIENT_REPLIES)
@@ -81,9 +95,16 @@ def failure(name: str | None, exc: BaseException) -> LockError:
     return unavailable(name, exc)
 
 
-def _pool_exhausted(exc: BaseException) -> bool:
-    # MaxConnectionsError on redis-py 6+, a plain ConnectionError before.
-    return isinstance(exc, ConnectionError) and "Too many connections" in str(exc)
+def pack(command: Sequence[Any]) -> bytes:
+    """``command`` as the bytes of a RESP request. The engine only sends ``str``, ``int``
+    and ``bytes``, which this encodes several times faster than redis-py's general
+    encoder (a lock cycle sends two commands of about twenty arguments)."""
+    out = [b"*%d\r\n" % len(command)]
+    for arg in command:
+        kind = type(arg)
+        data = arg.encode() if kind is str else arg if kind is bytes else str(arg).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(out)
 
 
 def _eval_args(call: Call, *, by_sha: bool) -> tuple[Any, ...]:
@@ -100,110 +121,174 @@ def _reply_timeout(connection: Any) -> float:
     return connection.socket_timeout or _END_WAIT_REPLY_TIMEOUT
 
 
-def _answers(replies: list[Any], name: str | None) -> tuple[list[Any], list[int]]:
-    """Map pipelined replies to results or :class:`LockError`; return them and the indexes
-    of the calls to send again as ``EVAL`` (their script was not loaded)."""
-    missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-    results = [
-        failure(name, reply) if isinstance(reply, ResponseError) else reply for reply in replies
-    ]
-    return results, missing
+def _is_redirect(reply: Any) -> bool:
+    return isinstance(reply, AskError | TryAgainError)
+
+
+def _after_refusal(node: Node, exc: BaseException) -> None:
+    """A primary that became a replica (failover) keeps refusing writes on the
+    connections opened before: drop them, so the next ones find the new primary."""
+    if isinstance(exc, ReadOnlyError) or str(exc).startswith("READONLY"):
+        node.drop_idle()
 
 
 class SyncDriver:
-    """Runs steps with a ``redis.Redis`` client (and the backend's own connections)."""
+    """Runs steps with the backend's sync connections."""
 
-    __slots__ = ("_wait", "_wait_keys", "_wait_lost", "backend", "name")
+    __slots__ = (
+        "_wait",
+        "_wait_asking",
+        "_wait_keys",
+        "_wait_lost",
+        "_wait_node",
+        "backend",
+        "name",
+    )
 
     def __init__(self, backend: Backend, name: str | None) -> None:
         self.backend = backend
         self.name = name
         self._wait: Any = None
+        self._wait_node: Node | None = None
         self._wait_keys: tuple[str, ...] = ()
+        self._wait_asking = False
         self._wait_lost = False  # a BLPOP was dropped without reading its answer
 
-    def call(self, call: Call) -> Any:
-        """Run one script (``EVALSHA``, loading it on ``NOSCRIPT``).
+    # -- single calls -----------------------------------------------------------------
 
-        If the client's pool is exhausted (many threads at once against a small
-        ``max_connections``), the call runs on the backend's own pool instead: a lock
-        operation must not fail for want of a pooled connection.
-        """
+    def call(self, call: Call) -> Any:
+        """Run one script (``EVALSHA``, loading it on ``NOSCRIPT``) on the node that
+        serves its keys, following cluster redirects."""
         try:
-            try:
-                return self._eval(self.backend.client, call)
-            except ConnectionError as exc:
-                if not _pool_exhausted(exc):
-                    raise
-                return self._eval_on_own_connection(call)
+            return self._routed(call.keys[0], call)[0]
         except BACKEND_ERRORS as exc:
             raise failure(self.name, exc) from exc
 
-    @staticmethod
-    def _eval(client: Any, call: Call) -> Any:
+    def execute(self, key: str, *command: Any) -> Any:
+        """Run one plain command on the node that serves ``key``."""
         try:
-            return client.execute_command(*_eval_args(call, by_sha=True))
-        except NoScriptError:
-            return client.execute_command(*_eval_args(call, by_sha=False))
+            return self._routed(key, command)[0]
+        except BACKEND_ERRORS as exc:
+            raise failure(self.name, exc) from exc
 
-    def _eval_on_own_connection(self, call: Call) -> Any:
-        pool = self.backend.pool()
+    def _routed(self, key: str, request: Call | tuple[Any, ...]) -> tuple[Any, Node]:
+        topology = self.backend.topology()
+        node = topology.node_for(key)
+        asking = False
+        attempt = 0
+        while True:
+            try:
+                return self._on(node, request, asking), node
+            except ResponseError as exc:
+                redirect = redirect_of(topology, key, exc, attempt)
+                if redirect is None:
+                    _after_refusal(node, exc)
+                    raise
+                node, asking = redirect.node, redirect.asking
+                if redirect.delay:
+                    time.sleep(redirect.delay)
+                attempt += 1
+            except (ConnectionError, OSError):
+                self.backend.node_failed(node)
+                raise
+
+    @staticmethod
+    def _on(node: Node, request: Call | tuple[Any, ...], asking: bool) -> Any:
+        pool = node.pool
         connection = pool.get()
         try:
-            connection.send_command(*_eval_args(call, by_sha=True))
-            try:
+            if isinstance(request, Call):
+                reply = _script_on(connection, request, asking)
+            else:
+                if asking:
+                    connection.send_packed_command(connection.pack_commands([("ASKING",), request]))
+                    connection.read_response()
+                else:
+                    connection.send_command(*request)
                 reply = connection.read_response()
-            except NoScriptError:
-                connection.send_command(*_eval_args(call, by_sha=False))
-                reply = connection.read_response()
+        except ResponseError:
+            pool.put(connection)  # a whole reply was read: the connection is fine
+            raise
         except BaseException:
             pool.discard(connection)
             raise
         pool.put(connection)
         return reply
 
+    # -- pipelines ----------------------------------------------------------------------
+
     def call_many(self, calls: list[Call], within: float) -> list[Any]:
-        """Run ``calls`` pipelined in one round trip on a connection of the backend's own,
-        giving up after ``within`` seconds whatever the client's socket timeout (used
-        where an answer is useless past a deadline: renewals). Returns one result per
-        call, a :class:`LockError` in place of a refused one; raises
-        ``LockBackendUnavailable`` when no answer came in time (the connection is then
-        closed, so the next attempt runs on a fresh one)."""
+        """Run ``calls`` pipelined, one round trip per node, giving up after ``within``
+        seconds whatever the client's socket timeout (used where an answer is useless
+        past a deadline: renewals). Returns one result per call, a :class:`LockError` in
+        place of a refused one; raises ``LockBackendUnavailable`` when no answer came in
+        time (the connection is then closed, so the next attempt runs on a fresh one)."""
         deadline = time.monotonic() + max(within, 0.001)
-        pool = self.backend.pool()
+        results: list[Any] = [None] * len(calls)
+        try:
+            topology = self.backend.topology()
+            groups: dict[Node, list[int]] = {}
+            for i, call in enumerate(calls):
+                groups.setdefault(topology.node_for(call.keys[0]), []).append(i)
+            for node, indexes in groups.items():
+                replies = self._scripts_on(node, [calls[i] for i in indexes], deadline)
+                for i, reply in zip(indexes, replies, strict=True):
+                    if _is_redirect(reply):  # a slot migrates: follow it, alone
+                        reply = self._routed(calls[i].keys[0], calls[i])[0]
+                    results[i] = (
+                        failure(self.name, reply) if isinstance(reply, BaseException) else reply
+                    )
+        except BACKEND_ERRORS as exc:
+            raise unavailable(self.name, exc) from exc
+        return results
+
+    def pipeline(self, node: Node, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Run plain ``commands`` pipelined on ``node``; an error reply takes the place of
+        its result."""
+        try:
+            return self._pipelined(node, commands, None)
+        except BACKEND_ERRORS as exc:
+            raise failure(self.name, exc) from exc
+
+    def _scripts_on(self, node: Node, calls: list[Call], deadline: float) -> list[Any]:
+        replies = self._pipelined(node, [_eval_args(c, by_sha=True) for c in calls], deadline)
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if missing:
+            loaded = self._pipelined(
+                node, [_eval_args(calls[i], by_sha=False) for i in missing], deadline
+            )
+            for i, reply in zip(missing, loaded, strict=True):
+                replies[i] = reply
+        return replies
+
+    def _pipelined(
+        self, node: Node, commands: Sequence[tuple[Any, ...]], deadline: float | None
+    ) -> list[Any]:
+        pool = node.pool
         connection = pool.get()
         try:
-            _connect_within(connection, deadline - time.monotonic())
-            results: list[Any] = [None] * len(calls)
-            pending = list(range(len(calls)))
-            by_sha = True
-            while pending:
-                batch = [calls[i] for i in pending]
-                connection.send_packed_command(
-                    connection.pack_commands([_eval_args(c, by_sha=by_sha) for c in batch])
-                )
-                replies = []
-                for _ in batch:
+            if deadline is not None:
+                _connect_within(connection, deadline - time.monotonic())
+            connection.send_packed_command([b"".join(map(pack, commands))])
+            replies: list[Any] = []
+            for _ in commands:
+                if deadline is not None:
                     left = deadline - time.monotonic()
                     if left <= 0 or not connection.can_read(timeout=left):
-                        raise TimeoutError(f"no answer within {within:.3f}s")
-                    try:
-                        replies.append(connection.read_response(timeout=max(left, 0.001)))
-                    except ResponseError as exc:
-                        replies.append(exc)
-                answers, missing = _answers(replies, self.name)
-                for i, answer in zip(pending, answers, strict=True):
-                    results[i] = answer
-                pending = [pending[j] for j in missing] if by_sha else []
-                by_sha = False
-        except BACKEND_ERRORS as exc:
+                        raise TimeoutError("no answer in time")
+                try:
+                    replies.append(connection.read_response())
+                except ResponseError as exc:
+                    replies.append(exc)
+        except BaseException as exc:
             pool.discard(connection)
-            raise unavailable(self.name, exc) from exc
-        except BaseException:
-            pool.discard(connection)
+            if isinstance(exc, ConnectionError | OSError):
+                self.backend.node_failed(node)
             raise
         pool.put(connection)
-        return results
+        return replies
+
+    # -- steps --------------------------------------------------------------------------
 
     def run(self, steps: Generator[Op, Any, T]) -> T:
         """Carry out ``steps`` and return their result. Any exception met on the way,
@@ -240,21 +325,42 @@ class SyncDriver:
         raise TypeError(f"unknown step {op!r}")  # pragma: no cover
 
     def _start_wait(self, op: StartWait) -> None:
-        connection = self.backend.pool().get()
-        self._wait, self._wait_keys, self._wait_lost = connection, op.keys, False
+        self._open_wait(self.backend.topology().node_for(op.keys[0]), op.keys, asking=False)
+
+    def _open_wait(self, node: Node, keys: tuple[str, ...], *, asking: bool) -> None:
+        connection = node.pool.get()
+        self._wait, self._wait_node, self._wait_keys = connection, node, keys
+        self._wait_asking, self._wait_lost = asking, False
         self._send_blpop(connection)
 
     def _send_blpop(self, connection: Any) -> None:
-        connection.send_command("BLPOP", *self._wait_keys, self.backend.tuning.server_wait)
+        blpop = ("BLPOP", *self._wait_keys, self.backend.tuning.server_wait)
+        if self._wait_asking:
+            connection.send_packed_command(connection.pack_commands([("ASKING",), blpop]))
+            connection.read_response()
+        else:
+            connection.send_command(*blpop)
 
     def _await_wait(self, op: AwaitWait) -> bool:
-        connection = self._wait
         deadline = time.monotonic() + op.timeout
-        while connection.can_read(timeout=max(deadline - time.monotonic(), 0.0)):
-            if not _ended_wait_mark(connection.read_response()):
+        attempt = 0
+        while self._wait.can_read(timeout=max(deadline - time.monotonic(), 0.0)):
+            try:
+                reply = self._wait.read_response()
+            except ResponseError as exc:  # a redirect: the wait's slot is migrating
+                keys = self._wait_keys
+                self._finish_wait()
+                redirect = redirect_of(self.backend.topology(), keys[0], exc, attempt)
+                if redirect is None:
+                    raise
+                attempt += 1
+                time.sleep(min(redirect.delay, max(deadline - time.monotonic(), 0.0)))
+                self._open_wait(redirect.node, keys, asking=redirect.asking)
+                continue
+            if not _ended_wait_mark(reply):
                 self._finish_wait()
                 return True
-            self._send_blpop(connection)  # a mark left by an earlier wait: wait on
+            self._send_blpop(self._wait)  # a mark left by an earlier wait: wait on
         return False
 
     def _call_ending_wait(self, op: CallEndingWait) -> tuple[Any, bool]:
@@ -263,10 +369,16 @@ class SyncDriver:
             # The wait already ended with its connection: it may have consumed a wake-up.
             return self.call(op.call), self._wait_lost
         try:
-            reply = self.call(op.call)
+            reply, node = self._routed(op.call.keys[0], op.call)
+        except BACKEND_ERRORS as exc:
+            self._drop_wait()
+            raise failure(self.name, exc) from exc
         except BaseException:
             self._drop_wait()
             raise
+        if node is not self._wait_node:
+            self._drop_wait()  # the end mark went to the node the slot moved to
+            return reply, True
         try:
             answer = connection.read_response(timeout=_reply_timeout(connection))
         except BACKEND_ERRORS:
@@ -276,99 +388,166 @@ class SyncDriver:
         return reply, not _ended_wait_mark(answer)
 
     def _finish_wait(self) -> None:
-        connection, self._wait = self._wait, None
-        self.backend.pool().put(connection)
+        connection, node = self._wait, self._wait_node
+        self._wait = self._wait_node = None
+        if node is not None:
+            node.pool.put(connection)
 
     def _drop_wait(self) -> None:
-        connection, self._wait = self._wait, None
-        if connection is not None:
+        connection, node = self._wait, self._wait_node
+        self._wait = self._wait_node = None
+        if connection is not None and node is not None:
             self._wait_lost = True
-            self.backend.pool().discard(connection)
+            node.pool.discard(connection)
 
 
 class AsyncDriver:
-    """Runs steps with a ``redis.asyncio.Redis`` client of the running loop."""
+    """Runs steps with the backend's async connections for the running loop."""
 
-    __slots__ = ("_read", "_wait", "_wait_keys", "_wait_lost", "backend", "name")
+    __slots__ = (
+        "_read",
+        "_wait",
+        "_wait_asking",
+        "_wait_keys",
+        "_wait_lost",
+        "_wait_node",
+        "backend",
+        "name",
+    )
 
     def __init__(self, backend: Backend, name: str | None) -> None:
         self.backend = backend
         self.name = name
         self._wait: Any = None
+        self._wait_node: Node | None = None
         self._wait_keys: tuple[str, ...] = ()
+        self._wait_asking = False
         self._wait_lost = False
         self._read: asyncio.Task[Any] | None = None
 
+    # -- single calls -----------------------------------------------------------------
+
     async def call(self, call: Call) -> Any:
-        """Run one script (``EVALSHA``, loading it on ``NOSCRIPT``); like
-        :meth:`SyncDriver.call`, overflowing onto the backend's own connections if the
-        client's pool is exhausted."""
+        """Async twin of :meth:`SyncDriver.call`."""
         try:
-            try:
-                return await self._eval(self.backend.async_client(), call)
-            except ConnectionError as exc:
-                if not _pool_exhausted(exc):
-                    raise
-                return await self._eval_on_own_connection(call)
+            return (await self._routed(call.keys[0], call))[0]
         except BACKEND_ERRORS as exc:
             raise failure(self.name, exc) from exc
 
-    @staticmethod
-    async def _eval(client: Any, call: Call) -> Any:
+    async def execute(self, key: str, *command: Any) -> Any:
+        """Async twin of :meth:`SyncDriver.execute`."""
         try:
-            return await client.execute_command(*_eval_args(call, by_sha=True))
-        except NoScriptError:
-            return await client.execute_command(*_eval_args(call, by_sha=False))
+            return (await self._routed(key, command))[0]
+        except BACKEND_ERRORS as exc:
+            raise failure(self.name, exc) from exc
 
-    async def _eval_on_own_connection(self, call: Call) -> Any:
-        pool = self.backend.async_pool()
-        connection = pool.get()
-        try:
-            await connection.send_command(*_eval_args(call, by_sha=True))
+    async def _routed(self, key: str, request: Call | tuple[Any, ...]) -> tuple[Any, Node]:
+        topology = await self.backend.atopology()
+        node = topology.node_for(key)
+        asking = False
+        attempt = 0
+        while True:
             try:
+                return await self._on(node, request, asking), node
+            except ResponseError as exc:
+                redirect = redirect_of(topology, key, exc, attempt)
+                if redirect is None:
+                    _after_refusal(node, exc)
+                    raise
+                node, asking = redirect.node, redirect.asking
+                if redirect.delay:
+                    await asyncio.sleep(redirect.delay)
+                attempt += 1
+            except (ConnectionError, OSError):
+                self.backend.node_failed(node)
+                raise
+
+    @staticmethod
+    async def _on(node: Node, request: Call | tuple[Any, ...], asking: bool) -> Any:
+        pool = node.async_pool()
+        connection = await pool.get()
+        try:
+            if isinstance(request, Call):
+                reply = await _ascript_on(connection, request, asking)
+            else:
+                if asking:
+                    await connection.send_packed_command(
+                        connection.pack_commands([("ASKING",), request])
+                    )
+                    await connection.read_response()
+                else:
+                    await connection.send_command(*request)
                 reply = await connection.read_response()
-            except NoScriptError:
-                await connection.send_command(*_eval_args(call, by_sha=False))
-                reply = await connection.read_response()
+        except ResponseError:
+            await pool.put(connection)
+            raise
         except BaseException:
             await completed(pool.discard(connection))
             raise
         await pool.put(connection)
         return reply
 
+    # -- pipelines ----------------------------------------------------------------------
+
     async def call_many(self, calls: list[Call], within: float) -> list[Any]:
         """Async twin of :meth:`SyncDriver.call_many`."""
-        pool = self.backend.async_pool()
-        connection = pool.get()
+        results: list[Any] = [None] * len(calls)
         try:
             async with asyncio.timeout(max(within, 0.001)):
-                results: list[Any] = [None] * len(calls)
-                pending = list(range(len(calls)))
-                by_sha = True
-                while pending:
-                    batch = [calls[i] for i in pending]
-                    await connection.send_packed_command(
-                        connection.pack_commands([_eval_args(c, by_sha=by_sha) for c in batch])
-                    )
-                    replies = []
-                    for _ in batch:
-                        try:
-                            replies.append(await connection.read_response())
-                        except ResponseError as exc:
-                            replies.append(exc)
-                    answers, missing = _answers(replies, self.name)
-                    for i, answer in zip(pending, answers, strict=True):
-                        results[i] = answer
-                    pending = [pending[j] for j in missing] if by_sha else []
-                    by_sha = False
+                topology = await self.backend.atopology()
+                groups: dict[Node, list[int]] = {}
+                for i, call in enumerate(calls):
+                    groups.setdefault(topology.node_for(call.keys[0]), []).append(i)
+                for node, indexes in groups.items():
+                    replies = await self._scripts_on(node, [calls[i] for i in indexes])
+                    for i, reply in zip(indexes, replies, strict=True):
+                        if _is_redirect(reply):
+                            reply = (await self._routed(calls[i].keys[0], calls[i]))[0]
+                        results[i] = (
+                            failure(self.name, reply) if isinstance(reply, BaseException) else reply
+                        )
         except (*BACKEND_ERRORS, TimeoutError) as exc:
-            await completed(pool.discard(connection))
             raise unavailable(self.name, exc) from exc
-        except BaseException:
+        return results
+
+    async def pipeline(self, node: Node, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Async twin of :meth:`SyncDriver.pipeline`."""
+        try:
+            return await self._pipelined(node, commands)
+        except BACKEND_ERRORS as exc:
+            raise failure(self.name, exc) from exc
+
+    async def _scripts_on(self, node: Node, calls: list[Call]) -> list[Any]:
+        replies = await self._pipelined(node, [_eval_args(c, by_sha=True) for c in calls])
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if missing:
+            loaded = await self._pipelined(
+                node, [_eval_args(calls[i], by_sha=False) for i in missing]
+            )
+            for i, reply in zip(missing, loaded, strict=True):
+                replies[i] = reply
+        return replies
+
+    async def _pipelined(self, node: Node, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        pool = node.async_pool()
+        connection = await pool.get()
+        try:
+            await connection.send_packed_command([b"".join(map(pack, commands))])
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(await connection.read_response())
+                except ResponseError as exc:
+                    replies.append(exc)
+        except BaseException as exc:
             await completed(pool.discard(connection))
+            if isinstance(exc, ConnectionError | OSError):
+                self.backend.node_failed(node)
             raise
         await pool.put(connection)
-        return results
+        return replies
+
+    # -- steps --------------------------------------------------------------------------
 
     async def run(self, steps: Generator[Op, Any, T]) -> T:
         """Carry out ``steps``. A cancellation is thrown into the steps; the clean-up
@@ -413,24 +592,47 @@ class AsyncDriver:
         raise TypeError(f"unknown step {op!r}")  # pragma: no cover
 
     async def _start_wait(self, op: StartWait) -> None:
-        connection = self.backend.async_pool().get()
-        self._wait, self._wait_keys, self._wait_lost = connection, op.keys, False
+        topology = await self.backend.atopology()
+        await self._open_wait(topology.node_for(op.keys[0]), op.keys, asking=False)
+
+    async def _open_wait(self, node: Node, keys: tuple[str, ...], *, asking: bool) -> None:
+        connection = await node.async_pool().get()
+        self._wait, self._wait_node, self._wait_keys = connection, node, keys
+        self._wait_asking, self._wait_lost = asking, False
         await self._send_blpop(connection)
 
     async def _send_blpop(self, connection: Any) -> None:
         server_wait = self.backend.tuning.server_wait
-        await connection.send_command("BLPOP", *self._wait_keys, server_wait)
+        blpop = ("BLPOP", *self._wait_keys, server_wait)
+        if self._wait_asking:
+            await connection.send_packed_command(connection.pack_commands([("ASKING",), blpop]))
+            await connection.read_response()
+        else:
+            await connection.send_command(*blpop)
         self._read = asyncio.ensure_future(connection.read_response(timeout=server_wait + 5))
 
     async def _await_wait(self, op: AwaitWait) -> bool:
         deadline = time.monotonic() + op.timeout
+        attempt = 0
         while True:
             read = self._read
             assert read is not None
             done, _ = await asyncio.wait({read}, timeout=max(deadline - time.monotonic(), 0.0))
             if not done:
                 return False
-            if not _ended_wait_mark(read.result()):
+            try:
+                reply = read.result()
+            except ResponseError as exc:  # a redirect: the wait's slot is migrating
+                keys = self._wait_keys
+                await self._finish_wait()
+                redirect = redirect_of(await self.backend.atopology(), keys[0], exc, attempt)
+                if redirect is None:
+                    raise
+                attempt += 1
+                await asyncio.sleep(min(redirect.delay, max(deadline - time.monotonic(), 0.0)))
+                await self._open_wait(redirect.node, keys, asking=redirect.asking)
+                continue
+            if not _ended_wait_mark(reply):
                 await self._finish_wait()
                 return True
             await self._send_blpop(self._wait)  # a mark left by an earlier wait: wait on
@@ -440,10 +642,16 @@ class AsyncDriver:
         if connection is None or read is None:
             return await self.call(op.call), self._wait_lost
         try:
-            reply = await self.call(op.call)
+            reply, node = await self._routed(op.call.keys[0], op.call)
+        except BACKEND_ERRORS as exc:
+            await completed(self._drop_wait())
+            raise failure(self.name, exc) from exc
         except BaseException:
             await completed(self._drop_wait())
             raise
+        if node is not self._wait_node:
+            await self._drop_wait()
+            return reply, True
         try:
             answer = await asyncio.wait_for(asyncio.shield(read), _reply_timeout(connection))
         except (*BACKEND_ERRORS, TimeoutError):
@@ -453,17 +661,68 @@ class AsyncDriver:
         return reply, not _ended_wait_mark(answer)
 
     async def _finish_wait(self) -> None:
-        connection, self._wait, self._read = self._wait, None, None
-        await self.backend.async_pool().put(connection)
+        connection, node = self._wait, self._wait_node
+        self._wait = self._wait_node = self._read = None
+        if node is not None:
+            await node.async_pool().put(connection)
 
     async def _drop_wait(self) -> None:
-        connection, read = self._wait, self._read
-        self._wait = self._read = None
+        connection, node, read = self._wait, self._wait_node, self._read
+        self._wait = self._wait_node = self._read = None
         if read is not None and not read.done():
             read.cancel()
-        if connection is not None:
+        if connection is not None and node is not None:
             self._wait_lost = True
-            await self.backend.async_pool().discard(connection)
+            await node.async_pool().discard(connection)
+
+
+def _commands(call: Call, *, by_sha: bool, asking: bool) -> list[tuple[Any, ...]]:
+    """What to send for ``call``: ``ASKING`` first when redirected by ``ASK``, the script,
+    then ``WAIT`` when it must reach replicas."""
+    commands = [("ASKING",)] if asking else []
+    commands.append(_eval_args(call, by_sha=by_sha))
+    if call.replicas is not None:
+        commands.append(("WAIT", *call.replicas))
+    return commands
+
+
+def _script_on(connection: Any, call: Call, asking: bool) -> Any:
+    """Run ``call`` on ``connection`` (``EVALSHA``, then ``EVAL`` on ``NOSCRIPT``), in one
+    round trip with its ``ASKING`` and ``WAIT``."""
+    for by_sha in (True, False):
+        commands = _commands(call, by_sha=by_sha, asking=asking)
+        connection.send_packed_command([b"".join(map(pack, commands))])
+        if asking:
+            connection.read_response()
+        try:
+            reply = connection.read_response()
+        except NoScriptError:
+            if call.replicas is not None:
+                connection.read_response()
+            continue
+        if call.replicas is None:
+            return reply
+        return Replicated(reply, int(connection.read_response()))
+    raise ResponseError("script could not be loaded")  # pragma: no cover
+
+
+async def _ascript_on(connection: Any, call: Call, asking: bool) -> Any:
+    """Async twin of :func:`_script_on`."""
+    for by_sha in (True, False):
+        commands = _commands(call, by_sha=by_sha, asking=asking)
+        await connection.send_packed_command([b"".join(map(pack, commands))])
+        if asking:
+            await connection.read_response()
+        try:
+            reply = await connection.read_response()
+        except NoScriptError:
+            if call.replicas is not None:
+                await connection.read_response()
+            continue
+        if call.replicas is None:
+            return reply
+        return Replicated(reply, int(await connection.read_response()))
+    raise ResponseError("script could not be loaded")  # pragma: no cover
 
 
 def _connect_within(connection: Any, timeout: float) -> None:

@@ -7,24 +7,32 @@ Redis.
 from __future__ import annotations
 
 import math
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "BUCKETS",
     "MAX_CONTEXT_LENGTH",
     "MAX_NAME_LENGTH",
+    "MAX_REPLICAS",
     "MAX_SECONDS",
     "LockKeys",
+    "bucket_of",
     "clean_label",
     "index_key",
+    "index_keys",
     "lock_key",
     "validate_context",
     "validate_name",
     "validate_prefix",
+    "validate_replicas",
     "validate_seconds",
 ]
 
 MAX_NAME_LENGTH = 512
+MAX_REPLICAS = 64
+"""The most replicas a lock may wait for (``min_replicas``)."""
 MAX_CONTEXT_LENGTH = 255
 """Characters of a context label and of an owner's host and thread (the size of their
 ``LockEvent`` columns)."""
@@ -34,9 +42,6 @@ MAX_CONTEXT_LENGTH = 255
 # and far below the overflow of Redis's PX/PEXPIRE (2**63 ms), and the renewer's timed
 # waits stay within what the OS accepts. Leases or waits longer than that are mistakes.
 MAX_SECONDS = 365 * 24 * 3600
-
-# Characters that would end or split a Redis Cluster hash tag inside a key.
-_TAG_ESCAPES = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D"})
 
 
 def validate_name(name: Any, argument: str = "name") -> str:
@@ -133,6 +138,16 @@ def _shown(value: int | float) -> str:
     return repr(value)
 
 
+def validate_replicas(value: Any, argument: str) -> int:
+    """Return ``value`` if it is a usable count of replicas to wait for (an ``int``, 0
+    to 64), else raise ``TypeError``/``ValueError`` naming ``argument``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{argument} must be an int, not {type(value).__name__}")
+    if not 0 <= value <= MAX_REPLICAS:
+        raise ValueError(f"{argument} must be between 0 and {MAX_REPLICAS}, not {value}")
+    return value
+
+
 def validate_prefix(prefix: Any) -> str:
     """Return ``prefix`` if it can start every key of this package, else raise.
 
@@ -148,23 +163,54 @@ def validate_prefix(prefix: Any) -> str:
     return prefix
 
 
-def index_key(prefix: str) -> str:
-    """The sorted set of held lock names (score: lease end, server ms) under ``prefix``."""
-    return f"{prefix}index"
+BUCKETS = 256
+"""Locks are spread over this many buckets. A bucket is a Redis Cluster hash tag: every key
+of a lock carries its bucket's tag, so a lock's keys share one slot, its bucket's index
+lives in that slot too, and the buckets spread the locks over a cluster's primaries.
+Part of the key layout: changing it moves every lock to other keys."""
+
+_BUCKET_TAGS = tuple(f"{{{bucket:02x}}}" for bucket in range(BUCKETS))
+
+
+def bucket_of(name: str) -> int:
+    """The bucket of lock ``name``: a stable hash of its UTF-8 bytes (CRC-32, the same in
+    every process and version) modulo :data:`BUCKETS`."""
+    return zlib.crc32(name.encode("utf-8", "surrogatepass")) % BUCKETS
+
+
+def index_key(prefix: str, bucket: int) -> str:
+    """The listing index of ``bucket`` under ``prefix``: a sorted set of the held locks'
+    names (score: lease end, server ms)."""
+    return f"{prefix}{_BUCKET_TAGS[bucket]}:index"
+
+
+def index_keys(prefix: str) -> tuple[str, ...]:
+    """Every bucket's listing index under ``prefix``, in bucket order."""
+    return tuple(f"{prefix}{tag}:index" for tag in _BUCKET_TAGS)
 
 
 def lock_key(prefix: str, name: str) -> str:
     """The key holding lock ``name`` under ``prefix`` (``LockKeys.for_name(...).lock``,
     without building the other keys: listings compute thousands of these)."""
-    return f"{prefix}{{{name.translate(_TAG_ESCAPES)}}}"
+    return f"{prefix}{_BUCKET_TAGS[bucket_of(name)]}:lock:{name}"
 
 
 @dataclass(frozen=True, slots=True)
 class LockKeys:
-    """The keys of one lock, in the order the scripts expect them (``KEYS[1..8]``).
+    """The keys of one lock, in the order the scripts expect them (``KEYS[1..6]``, plus a
+    waiter's own wake-up list).
 
-    ``prefix{name}`` is the lock itself; the hash tag (``{name}`` with ``%``, ``{``
-    and ``}`` percent-escaped) keeps every key of one lock in one Cluster slot.
+    ``PREFIX{bb}:lock:NAME`` is the lock itself, ``bb`` its bucket (two hex digits).
+    Every key names its kind before the lock's name, so no name can be mistaken for
+    another key's ("a:fence" is ``PREFIX{bb}:lock:a:fence``, never the fence of "a"),
+    and the only braces in a key are the bucket's tag (the prefix may hold none), so the
+    tag is always the first ``{...}`` Redis Cluster hashes.
+
+    >>> keys = LockKeys.for_name("distlock:", "invoice:42")
+    >>> keys.lock, keys.index
+    ('distlock:{9c}:lock:invoice:42', 'distlock:{9c}:index')
+    >>> keys.wake("0123456789abcdef")
+    'distlock:{9c}:wake:0123456789abcdef:invoice:42'
     """
 
     lock: str
@@ -173,26 +219,32 @@ class LockKeys:
     index: str
     queue: str
     queue_deadlines: str
-    wake_prefix: str
     signal: str
+    bucket: int
+    name: str
+    tag_prefix: str
 
     @classmethod
     def for_name(cls, prefix: str, name: str) -> LockKeys:
         """The keys of lock ``name`` under ``prefix`` (both already validated)."""
-        lock = lock_key(prefix, name)
+        bucket = bucket_of(name)
+        base = f"{prefix}{_BUCKET_TAGS[bucket]}:"
         return cls(
-            lock=lock,
-            fence=f"{lock}:fence",
-            waiters=f"{lock}:waiters",
-            index=index_key(prefix),
-            queue=f"{lock}:queue",
-            queue_deadlines=f"{lock}:queue-deadlines",
-            wake_prefix=f"{lock}:wake:",
-            signal=f"{lock}:signal",
+            lock=f"{base}lock:{name}",
+            fence=f"{base}fence:{name}",
+            waiters=f"{base}waiters:{name}",
+            index=f"{base}index",
+            queue=f"{base}queue:{name}",
+            queue_deadlines=f"{base}queue-deadlines:{name}",
+            signal=f"{base}signal:{name}",
+            bucket=bucket,
+            name=name,
+            tag_prefix=base,
         )
 
-    def all(self) -> tuple[str, ...]:
-        """All keys, for scripts that take the whole set."""
+    def all(self, waiter: str = "") -> tuple[str, ...]:
+        """The keys a lock script takes: the six of the lock, then ``waiter``'s own
+        wake-up list (or the shared signal list when there is no waiter)."""
         return (
             self.lock,
             self.fence,
@@ -200,10 +252,11 @@ class LockKeys:
             self.index,
             self.queue,
             self.queue_deadlines,
-            self.wake_prefix,
+            self.wake(waiter) if waiter else self.signal,
             self.signal,
         )
 
     def wake(self, waiter: str) -> str:
-        """The list a fair waiter blocks on (unfair waiters block on ``signal``)."""
-        return f"{self.wake_prefix}{waiter}"
+        """The wake-up list of waiter ``waiter`` (an id of 16 hex digits): a fair waiter
+        blocks on it alone, an unfair one on it and the shared ``signal`` list."""
+        return f"{self.tag_prefix}wake:{waiter}:{self.name}"

@@ -4,18 +4,19 @@ A :class:`Listing` answers a :class:`LockQuery` (name lookups, an order, a windo
 :class:`~django_distlock.engine.records.LockRecord` objects. ``HeldLock.objects``, the
 admin, the ``distlock`` CLI and the benchmarks all list locks through it.
 
-A page costs two round trips, whatever the size of the keyspace:
+A page costs two round trips per node, whatever the size of the keyspace:
 
-1. The prefix's listing index (a sorted set: member = lock name, score = lease end in
-   server ms) is pruned of the entries whose lease is over, by a script, and its names
-   are read by a ``ZRANGE`` pipelined after it. They come in lease-end order, which is
-   TTL order; name lookups and the name order are applied to them here.
-2. One pipeline reads the values of the page's locks (``MGET``) and their lease ends
-   (``ZMSCORE``); a lock released between the two reads is left out.
+1. Each bucket's listing index (a sorted set: member = lock name, score = lease end in
+   server ms; see :data:`~django_distlock.engine.keys.BUCKETS`) is pruned of the entries
+   whose lease is over and read, by a script per bucket, the buckets of one node
+   pipelined together (an exact or ``in`` lookup reads only its names' buckets). Name
+   lookups and the order are applied to the names here.
+2. One pipeline per node reads the values of the page's locks (``MGET`` per bucket, whose
+   keys share a slot) and their lease ends (``ZMSCORE``); a lock released between the
+   two reads is left out.
 
-Ordering by ``acquired_at`` needs every matching lock's value: one more pipeline of
-``MGET`` chunks of :data:`MGET_CHUNK` keys. ``KEYS`` and ``SCAN`` are never used, and
-only keys under the prefix are ever read.
+Ordering by ``acquired_at`` needs every matching lock's value: one more such read.
+``KEYS`` and ``SCAN`` are never used, and only keys under the prefix are ever read.
 
 >>> listing = Listing(backend)                                          # doctest: +SKIP
 >>> [r.name for r in listing.records(LockQuery(filters=(("startswith", "invoice:"),)))]
@@ -25,24 +26,26 @@ only keys under the prefix are ever read.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import NoScriptError
-
 from .backend import Backend
-from .core import Call
+from .core import Call, release_steps
 from .eviction import unsafe_eviction_policy
-from .io import BACKEND_ERRORS, SyncDriver, unavailable
-from .keys import LockKeys, index_key, lock_key, validate_name
+from .exceptions import LockError
+from .io import BACKEND_ERRORS, SyncDriver
+from .keys import BUCKETS, LockKeys, bucket_of, index_key, lock_key, validate_name
 from .records import LockRecord, decode, lock_value_acquired_at_us, parse_lock_value, score_ms
-from .scripts import LIST_INDEX, RELEASE
+from .scripts import LIST_INDEX
 
 __all__ = ["EVERY_LOCK", "LOOKUPS", "MGET_CHUNK", "ORDER_FIELDS", "Listing", "LockQuery", "Page"]
 
 MGET_CHUNK = 1000
 """Keys read per ``MGET`` or ``ZMSCORE`` (the chunks of one read go in one pipeline)."""
+READ_TIMEOUT = 30.0
+"""Seconds a listing waits for the answers of one node at most."""
 
 LOOKUPS = ("exact", "startswith", "contains", "in")
 """How a :class:`LockQuery` can match names (plain string operations)."""
@@ -127,13 +130,16 @@ class Listing:
         return Page(records, len(snapshot.names))
 
     def count(self, query: LockQuery = EVERY_LOCK) -> int:
-        """How many locks ``query``'s window holds, from the index alone (one round trip,
-        however many locks are held)."""
+        """How many locks ``query``'s window holds, from the indexes alone (one round trip
+        per node, however many locks are held)."""
         if query.filters:
             total = len(self._read_index(query.filters).names)
         else:
-            call = Call(LIST_INDEX, (index_key(self.backend.prefix),), ("#",))
-            total = int(SyncDriver(self.backend, None).call(call)[1])
+            prefix = self.backend.prefix
+            calls = [Call(LIST_INDEX, (index_key(prefix, b),), ("#",)) for b in range(BUCKETS)]
+            total = sum(
+                int(reply[1]) for reply in _answered(self._driver().call_many(calls, READ_TIMEOUT))
+            )
         if query.high is not None:
             total = min(total, query.high)
         return max(total - query.low, 0)
@@ -146,115 +152,133 @@ class Listing:
         if not isinstance(token, str) or not token:
             raise ValueError(f"force-releasing {name!r} needs the token it was read with")
         keys = LockKeys.for_name(self.backend.prefix, name)
-        liveness_ms = self.backend.tuning.waiter_liveness_ms
-        call = Call(RELEASE, keys.all(), (token, name, liveness_ms))
-        return int(SyncDriver(self.backend, name).call(call)) == 1
+        steps = release_steps(keys, token, self.backend.tuning.waiter_liveness_ms)
+        return SyncDriver(self.backend, name).run(steps)
 
     def eviction_policy(self) -> str | None:
-        """The lock server's ``maxmemory-policy`` if it can evict held locks (anything
-        but ``noeviction``), else ``None`` (also when it cannot be read): for listings to
-        warn operators. One round trip, never raises."""
-        return unsafe_eviction_policy(self.backend.client)
+        """The ``maxmemory-policy`` of a lock server that can evict held locks (anything
+        but ``noeviction``; the first such primary's), else ``None`` (also when it cannot
+        be read): for listings to warn operators. Never raises."""
+        driver = self._driver()
+        try:
+            nodes = self.backend.topology().nodes()
+        except (LockError, *BACKEND_ERRORS):
+            return None
+        for node in nodes:
+            policy = unsafe_eviction_policy(functools.partial(_run_on, driver, node))
+            if policy is not None:
+                return policy
+        return None
+
+    def _driver(self) -> SyncDriver:
+        return SyncDriver(self.backend, None)
 
     def _read_index(self, filters: Sequence[Filter]) -> _Snapshot:
-        """The names matching ``filters``, from one read of the index."""
-        backend = self.backend
-        index = index_key(backend.prefix)
+        """The names matching ``filters``, with their lease ends, from one read of the
+        indexes (one round trip per node)."""
+        prefix = self.backend.prefix
         exact = _exact_names(filters)
         if exact is not None:
-            if not exact:
-                return _Snapshot(backend, 0, [], in_lease_end_order=False, lease_ends={})
-            call = Call(LIST_INDEX, (index,), ("=", *sorted(exact)))
-            now_ms, flat = SyncDriver(backend, None).call(call)
-            names = list(flat[0::2])
-            ends = dict(zip(names, map(score_ms, flat[1::2]), strict=True))
-            snapshot = _Snapshot(
-                backend, int(now_ms), names, in_lease_end_order=False, lease_ends=ends
-            )
+            by_bucket: dict[int, list[str]] = {}
+            for name in sorted(exact):
+                by_bucket.setdefault(bucket_of(name), []).append(name)
+            calls = [
+                Call(LIST_INDEX, (index_key(prefix, b),), ("=", *names))
+                for b, names in by_bucket.items()
+            ]
+            buckets = list(by_bucket)
         else:
-            now_ms, names = self._prune_and_read(index)
-            snapshot = _Snapshot(backend, now_ms, names, in_lease_end_order=True)
+            calls = [Call(LIST_INDEX, (index_key(prefix, b),), ("*",)) for b in range(BUCKETS)]
+            buckets = list(range(BUCKETS))
+        replies = _answered(self._driver().call_many(calls, READ_TIMEOUT)) if calls else []
+        names: list[Raw] = []
+        ttls: dict[Raw, int] = {}
+        now_by_bucket: dict[int, int] = {}
+        for bucket, (now_ms, flat) in zip(buckets, replies, strict=True):
+            now_by_bucket[bucket] = int(now_ms)
+            for name, score in zip(flat[0::2], flat[1::2], strict=True):
+                names.append(name)
+                ttls[name] = score_ms(score) - int(now_ms)
+        snapshot = _Snapshot(self.backend, names, ttls, now_by_bucket)
         snapshot.names = _filtered(snapshot.names, filters)
         return snapshot
 
-    def _prune_and_read(self, index: str) -> tuple[int, list[Raw]]:
-        # The names are read by a plain ZRANGE after the pruning script, in the same
-        # pipeline: a Lua reply of 10,000 names costs several times more.
-        client = self.backend.client
-        try:
-            for command in ("EVALSHA", "EVAL"):
-                script = LIST_INDEX.sha if command == "EVALSHA" else LIST_INDEX.source
-                pipeline = client.pipeline(transaction=False)
-                pipeline.execute_command(command, script, 1, index, "-")
-                pipeline.execute_command("ZRANGE", index, 0, -1)
-                try:
-                    (now_ms,), names = pipeline.execute()
-                except NoScriptError:
-                    continue
-                return int(now_ms), list(names)
-            raise NoScriptError("the listing script could not be loaded")  # pragma: no cover
-        except BACKEND_ERRORS as exc:
-            raise unavailable(None, exc) from exc
+
+def _answered(replies: list[Any]) -> list[Any]:
+    """``replies``, unless one of them is an error: then that error is raised."""
+    for reply in replies:
+        if isinstance(reply, BaseException):
+            raise reply
+    return replies
+
+
+def _run_on(driver: SyncDriver, node: Any, *command: Any) -> Any:
+    """Run one plain command on ``node``; an error reply is raised (redis-py's own)."""
+    reply = driver.pipeline(node, [command])[0]
+    if isinstance(reply, BaseException):
+        raise reply
+    return reply
 
 
 class _Snapshot:
-    """One read of the listing index: the server time and the matching names, raw.
+    """One read of the listing indexes: the matching names (raw), their remaining leases
+    then (ms), and each bucket's server clock (ms) at the read."""
 
-    ``in_lease_end_order``: the names are in lease-end order (ties by name), as the
-    index keeps them. ``lease_ends``: the scores, when the read already returned them.
-    """
-
-    __slots__ = ("backend", "in_lease_end_order", "lease_ends", "names", "now_ms")
+    __slots__ = ("backend", "names", "now_by_bucket", "ttls")
 
     def __init__(
         self,
         backend: Backend,
-        now_ms: int,
         names: list[Raw],
-        *,
-        in_lease_end_order: bool,
-        lease_ends: dict[Raw, int] | None = None,
+        ttls: dict[Raw, int],
+        now_by_bucket: dict[int, int],
     ) -> None:
         self.backend = backend
-        self.now_ms = now_ms
         self.names = names
-        self.in_lease_end_order = in_lease_end_order
-        self.lease_ends = lease_ends
+        self.ttls = ttls
+        self.now_by_bucket = now_by_bucket
 
     def _read(
         self, names: Sequence[Raw], *, values: bool, scores: bool
     ) -> tuple[list[Raw | None], list[int | None]]:
-        """The lock values and/or lease ends of ``names``, ``None`` for the locks gone;
-        one round trip."""
+        """The lock values and/or remaining leases (ms) of ``names``, ``None`` for the
+        locks gone; one round trip per node (``MGET`` and ``ZMSCORE`` per bucket, whose
+        keys share a slot)."""
         if not names:
             return [], []
         prefix = self.backend.prefix
-        index = index_key(prefix)
-        chunks = [names[i : i + MGET_CHUNK] for i in range(0, len(names), MGET_CHUNK)]
-        try:
-            pipeline = self.backend.client.pipeline(transaction=False)
-            if values:
-                for chunk in chunks:
-                    pipeline.mget([lock_key(prefix, decode(name)) for name in chunk])
-            if scores:
-                for chunk in chunks:
-                    pipeline.zmscore(index, list(chunk))
-            replies = pipeline.execute()
-        except BACKEND_ERRORS as exc:
-            raise unavailable(None, exc) from exc
-        value_replies = replies[: len(chunks)] if values else []
-        score_replies = replies[-len(chunks) :] if scores else []
-        read_values = [value for reply in value_replies for value in reply]
-        read_scores = [
-            None if score is None else score_ms(score) for reply in score_replies for score in reply
-        ]
-        return read_values, read_scores
-
-    def lease_ends_of(self, names: Sequence[Raw]) -> list[int | None]:
-        """The lease ends of ``names`` (``None`` for the locks gone)."""
-        if self.lease_ends is not None:
-            return [self.lease_ends.get(name) for name in names]
-        return self._read(names, values=False, scores=True)[1]
+        by_bucket: dict[int, list[int]] = {}
+        decoded = [decode(name) for name in names]
+        for i, name in enumerate(decoded):
+            by_bucket.setdefault(bucket_of(name), []).append(i)
+        driver = SyncDriver(self.backend, None)
+        topology = self.backend.topology()
+        by_node: dict[Any, list[tuple[int, tuple[Any, ...]]]] = {}
+        for bucket, indexes in by_bucket.items():
+            node = topology.node_for(index_key(prefix, bucket))
+            for start in range(0, len(indexes), MGET_CHUNK):
+                chunk = indexes[start : start + MGET_CHUNK]
+                if values:
+                    command = ("MGET", *(lock_key(prefix, decoded[i]) for i in chunk))
+                    by_node.setdefault(node, []).append((bucket, ("v", chunk, command)))
+                if scores:
+                    command = ("ZMSCORE", index_key(prefix, bucket), *(names[i] for i in chunk))
+                    by_node.setdefault(node, []).append((bucket, ("s", chunk, command)))
+        read_values: list[Raw | None] = [None] * len(names)
+        read_ttls: list[int | None] = [None] * len(names)
+        for node, requests in by_node.items():
+            replies = _answered(driver.pipeline(node, [request[2] for _, request in requests]))
+            for (bucket, (kind, chunk, _)), reply in zip(requests, replies, strict=True):
+                now_ms = self.now_by_bucket.get(bucket)
+                for i, item in zip(chunk, reply, strict=True):
+                    if kind == "v":
+                        read_values[i] = item
+                    elif item is not None:
+                        end = score_ms(item)
+                        read_ttls[i] = (
+                            end - now_ms if now_ms is not None else self.ttls.get(names[i], 0)
+                        )
+        return read_values, read_ttls
 
     def values_of(self, names: Sequence[Raw]) -> list[Raw | None]:
         """The lock values of ``names`` (``None`` for the locks gone)."""
@@ -262,16 +286,12 @@ class _Snapshot:
 
     def records(self, names: Sequence[Raw]) -> list[LockRecord]:
         """The locks ``names``, in that order, leaving out the ones gone."""
-        if self.lease_ends is not None:
-            values = self.values_of(names)
-            ends = self.lease_ends_of(names)
-        else:
-            values, ends = self._read(names, values=True, scores=True)
+        values, ttls = self._read(names, values=True, scores=True)
         records = []
-        for name, value, end in zip(names, values, ends, strict=True):
-            if end is None:
+        for name, value, ttl in zip(names, values, ttls, strict=True):
+            if ttl is None:
                 continue  # released meanwhile (and maybe taken again since)
-            record = parse_lock_value(decode(name), value, end - self.now_ms)
+            record = parse_lock_value(decode(name), value, ttl)
             if record is not None:
                 records.append(record)
         return records
@@ -335,14 +355,11 @@ def _ordered(snapshot: _Snapshot, ordering: Sequence[str]) -> list[Raw]:
     """The matching names in ``ordering`` (vanished locks may be left out when the order
     needed their values)."""
     first = ordering[0]
-    descending = first.startswith("-")
     names = snapshot.names
     if first.removeprefix("-") == "name":
-        return sorted(names, reverse=descending)
-    if tuple(ordering) in (("ttl",), ("-ttl",)) and snapshot.in_lease_end_order:
-        return names[::-1] if descending else names
+        return sorted(names, reverse=first.startswith("-"))
     fields = {field.removeprefix("-") for field in ordering}
-    ends = snapshot.lease_ends_of(names) if "ttl" in fields else [0] * len(names)
+    ttls = [snapshot.ttls.get(name) for name in names] if "ttl" in fields else [0] * len(names)
     if "acquired_at" in fields:
         # Only the acquisition time is decoded here; the page is parsed later.
         acquired = list(map(lock_value_acquired_at_us, snapshot.values_of(names)))
@@ -350,7 +367,7 @@ def _ordered(snapshot: _Snapshot, ordering: Sequence[str]) -> list[Raw]:
         acquired = [0] * len(names)
     rows = [
         row
-        for row in zip(names, ends, acquired, strict=True)
+        for row in zip(names, ttls, acquired, strict=True)
         if row[1] is not None and row[2] is not None
     ]
     _sort_rows(rows, ordering)
@@ -358,7 +375,7 @@ def _ordered(snapshot: _Snapshot, ordering: Sequence[str]) -> list[Raw]:
 
 
 def _sort_rows(rows: list[tuple[Any, ...]], ordering: Sequence[str]) -> None:
-    """Sort ``(name, lease_end, acquired_at_us)`` rows in place by ``ordering``; ties
+    """Sort ``(name, ttl_ms, acquired_at_us)`` rows in place by ``ordering``; ties
     are broken by name, in the direction of the first field."""
     columns = {"name": 0, "ttl": 1, "acquired_at": 2}
     fields = list(ordering)

@@ -19,7 +19,7 @@ import time
 import weakref
 from collections.abc import Callable, Coroutine
 from types import TracebackType
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, NoReturn, ParamSpec, TypeVar, overload
 
 from . import process
 from .backend import Backend, Event, logger
@@ -29,18 +29,21 @@ from .core import (
     Call,
     Hold,
     NotAcquired,
+    NotReplicated,
     acquire_steps,
     extend_call,
     new_token,
     owner_metadata,
-    release_call,
+    release_steps,
+    replication_report,
     ttl_call,
 )
-from .exceptions import LockError, LockLost, LockNotAcquired, LockNotOwned
-from .io import BACKEND_ERRORS, AsyncDriver, SyncDriver, completed, unavailable
-from .keys import LockKeys, validate_context, validate_name, validate_seconds
+from .exceptions import LockError, LockLost, LockNotAcquired, LockNotOwned, LockNotReplicated
+from .io import AsyncDriver, SyncDriver, completed
+from .keys import LockKeys, validate_context, validate_name, validate_replicas, validate_seconds
 from .ownership import current_task_or_thread, owner_label, run_on_loop_of, running_task
 from .templates import NameTemplate
+from .tuning import ms
 from .watchdog import loop_watchdog, thread_watchdog
 
 __all__ = ["BackendSource", "Lock"]
@@ -57,6 +60,22 @@ class _Unset:
 
 
 UNSET: Any = _Unset()
+
+
+def _role_or_none(execute: Callable[..., Any], key: str) -> Any:
+    """``ROLE`` of the node holding ``key``, to explain a lock not replicated; ``None``
+    when it cannot be read."""
+    try:
+        return execute(key, "ROLE")
+    except LockError:
+        return None
+
+
+async def _arole_or_none(execute: Callable[..., Any], key: str) -> Any:
+    try:
+        return await execute(key, "ROLE")
+    except LockError:
+        return None
 
 
 def _check_callable(value: Any, argument: str) -> Any:
@@ -111,6 +130,7 @@ class Lock:
         context: str = "",
         fair: bool = False,
         raise_on_lost: bool = True,
+        min_replicas: int | None = None,
     ) -> None:
         self.name = validate_name(name)
         if not isinstance(backend, Backend) and not callable(backend):
@@ -130,6 +150,9 @@ class Lock:
         self.context = validate_context(context)
         self.fair = _check_bool(fair, "fair")
         self.raise_on_lost = _check_bool(raise_on_lost, "raise_on_lost")
+        self.min_replicas = (
+            None if min_replicas is None else validate_replicas(min_replicas, "min_replicas")
+        )
         self.retry_after: float | None = None
         """The holder's remaining lease (seconds) seen by the last failed acquire."""
         self._backend_source = backend
@@ -226,7 +249,10 @@ class Lock:
         """
         owner = threading.current_thread()
         hold, steps = self._begin(blocking, blocking_timeout, owner, running_task())
-        outcome = SyncDriver(hold.backend, self.name).run(steps)
+        driver = SyncDriver(hold.backend, self.name)
+        outcome = driver.run(steps)
+        if type(outcome) is NotReplicated:
+            self._not_replicated(hold, outcome, _role_or_none(driver.execute, hold.keys.lock))
         return self._settle(hold, outcome, owner, thread_watchdog)
 
     def aacquire(
@@ -244,7 +270,11 @@ class Lock:
             owner = current_task_or_thread()
         hold, steps = self._begin(blocking, blocking_timeout, owner, owner)
         hold.loop = asyncio.get_running_loop()
-        outcome = await AsyncDriver(hold.backend, self.name).run(steps)
+        driver = AsyncDriver(hold.backend, self.name)
+        outcome = await driver.run(steps)
+        if type(outcome) is NotReplicated:
+            role = await _arole_or_none(driver.execute, hold.keys.lock)
+            self._not_replicated(hold, outcome, role)
         return self._settle(hold, outcome, owner, loop_watchdog)
 
     def _begin(
@@ -302,8 +332,32 @@ class Lock:
             blocking=blocking,
             deadline=None if blocking_timeout is None else started + blocking_timeout,
             tuning=backend.tuning,
+            replicas=self._replicas(backend),
         )
         return hold, steps
+
+    def _replicas(self, backend: Backend) -> tuple[int, int] | None:
+        count = self.min_replicas if self.min_replicas is not None else backend.min_replicas
+        return (count, ms(backend.replica_timeout)) if count else None
+
+    def _not_replicated(self, hold: Hold, outcome: NotReplicated, role: Any) -> NoReturn:
+        self._emit(
+            hold.backend,
+            "not_replicated",
+            None,
+            hold.thread,
+            waited=time.monotonic() - hold.started_mono,
+            reason=f"{outcome.acknowledged} of {outcome.required} replicas acknowledged",
+        )
+        raise LockNotReplicated(
+            f"lock {self.name!r} was taken on the primary, but only {outcome.acknowledged} "
+            f"of the {outcome.required} replicas it needs (min_replicas) acknowledged it "
+            f"within {outcome.timeout_ms} ms, so it was given back{replication_report(role)}. "
+            "Check the replicas' link and lag, raise replica_timeout, or lower min_replicas.",
+            name=self.name,
+            acknowledged=outcome.acknowledged,
+            required=outcome.required,
+        )
 
     def _owner(self, thread: str, auto_renew: bool) -> str:
         key = (process.generation(), thread, auto_renew)
@@ -354,10 +408,10 @@ class Lock:
         hold = self._owned_hold("release", running_task())
         hold.releasing = True
         try:
-            reply = SyncDriver(hold.backend, self.name).call(release_call(hold))
+            released = SyncDriver(hold.backend, self.name).run(self._release_steps(hold))
         finally:
             hold.releasing = False
-        self._released(hold, reply)
+        self._released(hold, released)
 
     def arelease(self) -> Coroutine[Any, Any, None]:
         """Async twin of :meth:`release`. A cancelled release still completes, and the
@@ -368,25 +422,29 @@ class Lock:
         hold = self._owned_hold("release", owner or running_task())
         hold.releasing = True
         try:
-            reply, cancelled = await completed(
-                AsyncDriver(hold.backend, self.name).call(release_call(hold))
+            released, cancelled = await completed(
+                AsyncDriver(hold.backend, self.name).run(self._release_steps(hold))
             )
         finally:
             hold.releasing = False
         try:
-            self._released(hold, reply)
+            self._released(hold, released)
         finally:
             if cancelled:
                 raise asyncio.CancelledError
 
-    def _released(self, hold: Hold, reply: Any) -> None:
+    @staticmethod
+    def _release_steps(hold: Hold) -> Any:
+        return release_steps(hold.keys, hold.token, hold.backend.tuning.waiter_liveness_ms)
+
+    def _released(self, hold: Hold, released: bool) -> None:
         hold.released = True
         timer = hold.timer
         if timer is not None:
             timer.cancel()
         # Our token was still there, so nobody else held the lock meanwhile: a clean
         # release, whatever a renewal racing with it concluded.
-        if int(reply) == 1:
+        if released:
             self._emit(hold.backend, "released", hold, hold.thread, held=hold.held_for)
             return
         if not hold.lost_reason:
@@ -480,19 +538,13 @@ class Lock:
         """True if anyone holds the lock."""
         backend = self.backend
         key = self._keys_for(backend.prefix).lock
-        try:
-            return bool(backend.client.exists(key))
-        except BACKEND_ERRORS as exc:
-            raise unavailable(self.name, exc) from exc
+        return bool(SyncDriver(backend, self.name).execute(key, "EXISTS", key))
 
     async def alocked(self) -> bool:
         """Async twin of :meth:`locked`."""
         backend = self.backend
         key = self._keys_for(backend.prefix).lock
-        try:
-            return bool(await backend.async_client().exists(key))
-        except BACKEND_ERRORS as exc:
-            raise unavailable(self.name, exc) from exc
+        return bool(await AsyncDriver(backend, self.name).execute(key, "EXISTS", key))
 
     def _ttl_from(self, hold: Hold, reply: Any) -> float | None:
         pttl = int(reply)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import threading
 from typing import Any
 
+from redis.exceptions import RedisError
+
 __all__ = ["AsyncConnectionPool", "ConnectionPool", "connection_settings"]
 
 MAX_IDLE = 8
@@ -53,11 +55,20 @@ class ConnectionPool:
         return self.connection_class(**self.kwargs)
 
     def get(self) -> Any:
-        """An idle connection, or a new one."""
-        with self._lock:
-            if self._idle:
-                return self._idle.pop()
-        return self.new()
+        """An idle connection that still looks usable, or a new one (connects on first
+        use). An idle connection with something to read was closed by the server (a
+        restart, an idle timeout) or holds a stray reply: it is replaced."""
+        while True:
+            with self._lock:
+                if not self._idle:
+                    return self.new()
+                connection = self._idle.pop()
+            try:
+                if not connection.can_read():
+                    return connection
+            except (OSError, RedisError):
+                pass
+            connection.disconnect()
 
     def put(self, connection: Any) -> None:
         """Give back a connection whose replies have all been read."""
@@ -98,10 +109,16 @@ class AsyncConnectionPool:
         """Connections ready for reuse."""
         return len(self._idle)
 
-    def get(self) -> Any:
-        """An idle connection, or a new one (connects on first use)."""
-        if self._idle:
-            return self._idle.pop()
+    async def get(self) -> Any:
+        """Async twin of :meth:`ConnectionPool.get`."""
+        while self._idle:
+            connection = self._idle.pop()
+            try:
+                if not await connection.can_read():
+                    return connection
+            except (OSError, RedisError):
+                pass
+            await connection.disconnect()
         return self.connection_class(**self.kwargs)
 
     async def put(self, connection: Any) -> None:

@@ -9,11 +9,13 @@ import logging
 import time
 from typing import Any
 
-from .core import Call, Hold, extend_call
+from .core import Call, Hold, extend_call, release_call
 from .exceptions import LockError
+from .scripts import WAKE
 
 __all__ = [
     "abandoned_reason",
+    "abandoned_release_call",
     "after_failure",
     "after_renewal",
     "attempt_timeout",
@@ -24,6 +26,7 @@ __all__ = [
     "renewal_call",
     "settled",
     "tell_holder",
+    "wake_calls",
 ]
 
 logger = logging.getLogger("django_distlock")
@@ -32,6 +35,20 @@ logger = logging.getLogger("django_distlock")
 def renewal_call(hold: Hold) -> Call:
     """The script call that renews ``hold`` to at least its full lease."""
     return extend_call(hold, hold.lease, "renew")
+
+
+def abandoned_release_call(hold: Hold) -> Call:
+    """The script call that releases a hold nobody will release any more."""
+    return release_call(hold.keys, hold.token, hold.backend.tuning.waiter_liveness_ms)
+
+
+def wake_calls(hold: Hold, reply: Any) -> list[Call]:
+    """The calls that wake the fair waiter a release named (none when it did not)."""
+    head = reply[1] if isinstance(reply, list | tuple) and len(reply) > 1 else b""
+    if not head:
+        return []
+    waiter = head.decode() if isinstance(head, bytes) else str(head)
+    return [Call(WAKE, (hold.keys.wake(waiter),), (hold.backend.tuning.waiter_liveness_ms,))]
 
 
 def first_renewal(hold: Hold) -> float:

@@ -1,9 +1,15 @@
 """The Lua scripts behind every lock operation, each one round trip.
 
 Every script lists the keys and arguments it takes and what it returns. The key layout
-they assume is built by :class:`django_distlock.engine.keys.LockKeys`: all keys of one
-lock share a Redis Cluster hash tag, so a script only ever touches one slot (the
-listing index aside, see ``LockKeys.index``).
+they assume is built by :class:`django_distlock.engine.keys.LockKeys`: the keys of one
+lock, its bucket's listing index and its waiters' lists share one Redis Cluster hash tag
+(the lock's bucket), so a script only ever touches one slot.
+
+Every key a script touches is one of its ``KEYS``, used as such (never built in the
+script from another key): Redis Cluster routes on the declared keys, and managed
+cluster proxies refuse scripts that compute key names. The one key a script cannot know
+in advance, the wake-up list of the first fair waiter, is returned to the caller, who
+pushes to it with :data:`WAKE`.
 
 The lock key holds one string, ``token \\n fence \\n acquired_at_us \\n lease_ms \\n
 owner_json``, so acquiring is a single ``SET ... PX`` and a holder check is a prefix
@@ -22,6 +28,7 @@ __all__ = [
     "PASS_ON",
     "RELEASE",
     "TTL",
+    "WAKE",
     "Script",
 ]
 
@@ -44,16 +51,16 @@ class Script:
 
 # Sets `now_us` (a string) and `now_ms` (a number) from the server clock, so that
 # every client agrees on time whatever its own clock says.
-_NOW = """
+_NOW = r"""
   local now = redis.call('TIME')
   local now_us = now[1] .. string.sub('00000' .. now[2], -6)
   local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 """
 
-# Drops fair waiters that stopped confirming their place; sets `head` (a local the
-# including script declares, so that it outlives the block this is spliced into) to the
-# first live one, or false.
-_QUEUE_HEAD = """
+# Drops fair waiters that stopped confirming their place (their own lists expire by
+# themselves); sets `head` (a local the including script declares, so that it outlives
+# the block this is spliced into) to the first live one, or false.
+_QUEUE_HEAD = r"""
   while true do
     head = redis.call('LINDEX', KEYS[5], 0)
     if not head then break end
@@ -61,24 +68,23 @@ _QUEUE_HEAD = """
     if alive_until and tonumber(alive_until) > now_ms then break end
     redis.call('LPOP', KEYS[5])
     redis.call('ZREM', KEYS[6], head)
-    redis.call('DEL', KEYS[7] .. head)
     head = false
   end
 """
 
-# Wakes exactly one waiter (needs `signal_ms`): the first live fair waiter if there is
-# a queue, otherwise whoever blocks first on the shared signal list. The list holds at
-# most one element so that a burst of releases cannot become a burst of futile retries.
+# Wakes exactly one waiter (needs `signal_ms`); sets `woken_head` to the first live fair
+# waiter, whom the caller wakes (its list is not among our keys), or pushes to the shared
+# signal list of unfair waiters. That list holds at most one element so that a burst of
+# releases cannot become a burst of futile retries.
 _WAKE_ONE = (
-    """
+    r"""
 if redis.call('EXISTS', KEYS[3]) == 1 then
   local head = false"""
     + _NOW
     + _QUEUE_HEAD
-    + """
+    + r"""
   if head then
-    redis.call('RPUSH', KEYS[7] .. head, '1')
-    redis.call('PEXPIRE', KEYS[7] .. head, signal_ms)
+    woken_head = head
   else
     redis.call('DEL', KEYS[8])
     redis.call('RPUSH', KEYS[8], '1')
@@ -88,17 +94,17 @@ end
 """
 )
 
-_KEYS_DOC = """
+_KEYS_DOC = r"""
 -- KEYS[1] lock          KEYS[2] fence counter   KEYS[3] "someone waits" flag
--- KEYS[4] listing index  KEYS[5] fair queue (list of waiter ids)
+-- KEYS[4] the bucket's listing index  KEYS[5] fair queue (list of waiter ids)
 -- KEYS[6] fair waiters' liveness deadlines (zset, server ms)
--- KEYS[7] prefix of a fair waiter's own wake-up list (+ waiter id)
+-- KEYS[7] the caller's own wake-up list (the shared signal list when it does not wait)
 -- KEYS[8] shared wake-up list of unfair waiters
 """
 
-_IS_MINE = """
+_IS_MINE = r"""
 local value = redis.call('GET', KEYS[1])
-if not value or string.sub(value, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\\n' then return NOT_MINE end
+if not value or string.sub(value, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\n' then return NOT_MINE end
 """
 
 
@@ -106,13 +112,13 @@ def _is_mine(not_mine: str) -> str:
     return _IS_MINE.replace("NOT_MINE", not_mine)
 
 
-# Ends the caller's own outstanding BLPOP (see ``core.CallEndingWait``): the value is
-# pushed to the waiter's own wake-up list, which its BLPOP watches first. Spliced at the
-# end of a script, after anything that may clear that list, so that the push survives.
-_END_WAIT = """
-if end_wait ~= '' then
-  redis.call('RPUSH', KEYS[7] .. end_wait, 'c')
-  redis.call('PEXPIRE', KEYS[7] .. end_wait, liveness_ms)
+# Ends the caller's own outstanding BLPOP (see ``core.CallEndingWait``): a mark pushed to
+# its own list, which its BLPOP watches first. Spliced at the end of a script, after
+# anything that may clear that list, so that the push survives.
+_END_WAIT = r"""
+if end_wait == '1' then
+  redis.call('RPUSH', KEYS[7], 'c')
+  redis.call('PEXPIRE', KEYS[7], liveness_ms)
 end
 """
 
@@ -120,44 +126,44 @@ ACQUIRE = Script(
     "acquire",
     "-- acquire: take the lock if it is free (and, for fair locks, it is our turn)."
     + _KEYS_DOC
-    + """
+    + r"""
 -- ARGV[1] token            ARGV[2] lease ms          ARGV[3] owner metadata (JSON)
 -- ARGV[4] lock name (index member)  ARGV[5] ms the fence counter outlives the lease
 -- ARGV[6] waiter id, '' when the caller will not wait  ARGV[7] waiter liveness ms
 -- ARGV[8] '1' for a fair lock, '0' otherwise
--- ARGV[9] waiter id whose outstanding BLPOP to end, '' for none
+-- ARGV[9] '1' to end the caller's outstanding BLPOP (see KEYS[7]), '' otherwise
 -- returns {1, fence, acquired_at_us} when taken (or already held with this token);
---         {0, wait_ms} when not, wait_ms = how long the current obstacle lasts at most
---         (the holder's PTTL, -1 if unknown)
+--         {0, wait_ms, head} when not: wait_ms = how long the current obstacle lasts at
+--         most (the holder's PTTL, -1 if unknown); head = a fair waiter whose turn it is,
+--         for the caller to wake, or ''
 local end_wait = ARGV[9]
 local liveness_ms = ARGV[7]
 local function attempt()
   local pttl = -2
   local value = redis.call('GET', KEYS[1])
   if value then
-    if string.sub(value, 1, #ARGV[1] + 1) == ARGV[1] .. '\\n' then
+    if string.sub(value, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
       -- Already ours: a request retried after its reply was lost. Answer as before.
-      local fence, acquired_at = string.match(value, '^[^\\n]*\\n([^\\n]*)\\n([^\\n]*)\\n')
+      local fence, acquired_at = string.match(value, '^[^\n]*\n([^\n]*)\n([^\n]*)\n')
       return {1, fence, acquired_at}
     end
     pttl = redis.call('PTTL', KEYS[1])
   end
   local waiter = ARGV[6]
   local fair = ARGV[8] == '1'
-  if pttl ~= -2 and waiter == '' then return {0, pttl} end
+  if pttl ~= -2 and waiter == '' then return {0, pttl, ''} end
 """
     + _NOW
-    + """
+    + r"""
   local head = false
   if fair then"""
     + _QUEUE_HEAD
-    + """
+    + r"""
   end
   if pttl == -2 and (not head or head == waiter) then
     if head then
       redis.call('LPOP', KEYS[5])
       redis.call('ZREM', KEYS[6], waiter)
-      redis.call('DEL', KEYS[7] .. waiter)
     end
     -- The fence is the larger of the stored counter + 1 and the server clock in
     -- microseconds: it keeps increasing on one server while the counter lives, and
@@ -169,7 +175,7 @@ local function attempt()
     local lease_ms = tonumber(ARGV[2])
     redis.call('SET', KEYS[2], fence, 'PX', lease_ms + tonumber(ARGV[5]))
     redis.call('SET', KEYS[1],
-      ARGV[1] .. '\\n' .. fence .. '\\n' .. now_us .. '\\n' .. ARGV[2] .. '\\n' .. ARGV[3],
+      ARGV[1] .. '\n' .. fence .. '\n' .. now_us .. '\n' .. ARGV[2] .. '\n' .. ARGV[3],
       'PX', lease_ms)
     -- Entries of locks that expired without a release go at the next acquire.
     redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. string.format('%.0f', now_ms))
@@ -193,18 +199,16 @@ local function attempt()
     redis.call('SET', KEYS[3], '1', 'PX', flag_ms)
   end
   if pttl == -2 then
-    -- Free, but another fair waiter is first: nudge it in case it missed its wake-up,
-    -- and come back when its place would lapse.
-    redis.call('RPUSH', KEYS[7] .. head, '1')
-    redis.call('PEXPIRE', KEYS[7] .. head, liveness_ms)
-    wait_ms = tonumber(redis.call('ZSCORE', KEYS[6], head)) - now_ms
+    -- Free, but another fair waiter is first: the caller nudges it in case it missed
+    -- its wake-up, and comes back when its place would lapse.
+    return {0, tonumber(redis.call('ZSCORE', KEYS[6], head)) - now_ms, head}
   end
-  return {0, wait_ms}
+  return {0, wait_ms, ''}
 end
 local result = attempt()
 """
     + _END_WAIT
-    + """
+    + r"""
 return result
 """,
 )
@@ -213,33 +217,78 @@ RELEASE = Script(
     "release",
     "-- release: delete the lock if it holds this token, then wake one waiter."
     + _KEYS_DOC
-    + """
+    + r"""
 -- ARGV[1] token  ARGV[2] lock name (index member)  ARGV[3] wake-up signal lifetime ms
--- returns 1 when released, 0 when the lock is not held with this token
+-- returns {1, head} when released (head: a fair waiter for the caller to wake, or ''),
+--         {0, ''} when the lock is not held with this token
 """
-    + _is_mine("0")
-    + """
+    + _is_mine("{0, ''}")
+    + r"""
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[4], ARGV[2])
 local signal_ms = ARGV[3]
+local woken_head = ''
 """
     + _WAKE_ONE
-    + """
+    + r"""
+return {1, woken_head}
+""",
+)
+
+PASS_ON = Script(
+    "pass_on",
+    "-- pass_on: a waiter stops waiting; hand any wake-up it consumed to the next one."
+    + _KEYS_DOC
+    + r"""
+-- ARGV[1] waiter id to take off the fair queue ('' for an unfair waiter)
+-- ARGV[2] wake-up signal lifetime ms
+-- ARGV[3] '1' when the leaving waiter consumed a wake-up it will not use
+-- ARGV[4] '1' to end the caller's outstanding BLPOP (see KEYS[7]), '' otherwise
+-- returns {1, head}: head = a fair waiter for the caller to wake, or ''
+local waiter = ARGV[1]
+local signal_ms = ARGV[2]
+local liveness_ms = ARGV[2]
+local end_wait = ARGV[4]
+local woken_head = ''
+if waiter ~= '' then
+  redis.call('LREM', KEYS[5], 0, waiter)
+  redis.call('ZREM', KEYS[6], waiter)
+  redis.call('DEL', KEYS[7])
+end
+if ARGV[3] == '1' or (waiter ~= '' and redis.call('EXISTS', KEYS[1]) == 0) then"""
+    + _WAKE_ONE
+    + r"""
+end
+"""
+    + _END_WAIT
+    + r"""
+return {1, woken_head}
+""",
+)
+
+WAKE = Script(
+    "wake",
+    r"""-- wake: wake a fair waiter whose turn it is (its list is not among the lock's keys).
+-- KEYS[1] the waiter's own wake-up list
+-- ARGV[1] wake-up lifetime ms
+-- returns 1
+redis.call('RPUSH', KEYS[1], '1')
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
 return 1
 """,
 )
 
 EXTEND = Script(
     "extend",
-    """-- extend: change the lease of a lock held with this token.
--- KEYS[1] lock  KEYS[2] listing index
+    r"""-- extend: change the lease of a lock held with this token.
+-- KEYS[1] lock  KEYS[2] the bucket's listing index
 -- ARGV[1] token  ARGV[2] milliseconds  ARGV[3] lock name (index member)
 -- ARGV[4] mode: 'add' (PTTL + ms), 'set' (exactly ms), 'renew' (at least ms: a watchdog
 --         renewal must never shorten a lease the holder extended)
 -- returns the new PTTL in ms, or -2 when the lock is not held with this token
 """
     + _is_mine("-2")
-    + """
+    + r"""
 local ms = tonumber(ARGV[2])
 local pttl = redis.call('PTTL', KEYS[1])
 local new_ms = ms
@@ -258,65 +307,32 @@ return new_ms
 
 TTL = Script(
     "ttl",
-    """-- ttl: the remaining lease of a lock held with this token.
+    r"""-- ttl: the remaining lease of a lock held with this token.
 -- KEYS[1] lock
 -- ARGV[1] token
 -- returns the PTTL in ms, or -2 when the lock is not held with this token"""
     + _is_mine("-2")
-    + """
+    + r"""
 return redis.call('PTTL', KEYS[1])
 """,
 )
 
-PASS_ON = Script(
-    "pass_on",
-    "-- pass_on: a waiter stops waiting; hand any wake-up it consumed to the next one."
-    + _KEYS_DOC
-    + """
--- ARGV[1] waiter id to take off the fair queue ('' for an unfair waiter)
--- ARGV[2] wake-up signal lifetime ms
--- ARGV[3] '1' when the leaving waiter consumed a wake-up it will not use
--- ARGV[4] waiter id whose outstanding BLPOP to end, '' for none
--- returns 1
-local waiter = ARGV[1]
-local signal_ms = ARGV[2]
-local liveness_ms = ARGV[2]
-local end_wait = ARGV[4]
-if waiter ~= '' then
-  redis.call('LREM', KEYS[5], 0, waiter)
-  redis.call('ZREM', KEYS[6], waiter)
-  redis.call('DEL', KEYS[7] .. waiter)
-end
-if ARGV[3] == '1' or (waiter ~= '' and redis.call('EXISTS', KEYS[1]) == 0) then"""
-    + _WAKE_ONE
-    + """
-end
-"""
-    + _END_WAIT
-    + """
-return 1
-""",
-)
-
-
 LIST_INDEX = Script(
     "list_index",
-    """-- list_index: drop the index entries whose lease is over; read what is left.
--- KEYS[1] listing index (zset: member = lock name, score = lease end in server ms)
--- ARGV[1] '-' to only prune (the caller reads the names with a plain ZRANGE pipelined
---         after this script: much cheaper than passing 10,000 entries through Lua),
---         '#' to count the entries, '=' to look up the names in ARGV[2..]
--- returns {now_ms} for '-', {now_ms, count} for '#', and for '='
---         {now_ms, {name, score, name, score, ...}} (server clock; scores as strings)
+    r"""-- list_index: the live entries of one bucket's listing index, and the server time.
+-- KEYS[1] the bucket's listing index (zset: member = lock name, score = lease end, ms)
+-- ARGV[1] '*' for every entry, '#' to count them, '=' to look up the names in ARGV[2..]
+-- returns {now_ms, {name, score, name, score, ...}} for '*' and '=' (scores as
+--         strings), {now_ms, count} for '#'; entries whose lease is over are dropped
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 -- A key lives until its expiry time is strictly past, hence the exclusive bound.
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%.0f', now_ms))
-if ARGV[1] == '-' then
-  return {now_ms}
-end
 if ARGV[1] == '#' then
   return {now_ms, redis.call('ZCARD', KEYS[1])}
+end
+if ARGV[1] == '*' then
+  return {now_ms, redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')}
 end
 local entries = {}
 for i = 2, #ARGV do

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import heapq
 import itertools
 import logging
@@ -35,11 +36,12 @@ from collections.abc import Callable
 from typing import Any
 
 from . import process
-from .core import Hold, release_call
+from .core import Hold
 from .exceptions import LockError
 from .io import AsyncDriver, SyncDriver
 from .renewal import (
     abandoned_reason,
+    abandoned_release_call,
     after_renewal,
     attempt_timeout,
     first_renewal,
@@ -49,6 +51,7 @@ from .renewal import (
     renewal_call,
     settled,
     tell_holder,
+    wake_calls,
 )
 
 __all__ = ["LoopWatchdog", "Notifier", "ThreadWatchdog", "loop_watchdog", "thread_watchdog"]
@@ -62,6 +65,15 @@ demand), so that backends that are gone leave no threads behind."""
 
 RENEW = 0
 DEADLINE = 1
+
+
+def lane_of(hold: Hold) -> Any:
+    """What a hold's renewals share a lane (a thread) with: the node its lock lives on,
+    or its backend while a cluster's slot map is not read yet."""
+    try:
+        return hold.backend.topology_now().node_for(hold.keys.lock)
+    except LookupError:
+        return hold.backend
 
 
 class Notifier:
@@ -136,16 +148,18 @@ class _Lane:
             return
         sent_at = time.monotonic()
         abandoned = {id(hold): abandoned_reason(hold) for hold in holds}
-        calls = [release_call(h) if abandoned[id(h)] else renewal_call(h) for h in holds]
+        calls = [abandoned_release_call(h) if abandoned[id(h)] else renewal_call(h) for h in holds]
         timeout = min(attempt_timeout(hold, sent_at) for hold in holds)
         driver = SyncDriver(holds[0].backend, holds[0].name if len(holds) == 1 else None)
         try:
             replies: list[Any] = driver.call_many(calls, timeout)
         except LockError as exc:
             replies = [exc] * len(holds)
+        wakes = []
         for hold, reply in zip(holds, replies, strict=True):
             reason = abandoned[id(hold)]
             if reason:
+                wakes += wake_calls(hold, reply)
                 if mark_lost(hold, reason):
                     self._watchdog.notifier.submit(released_abandoned, hold, reply)
                 continue
@@ -157,6 +171,9 @@ class _Lane:
                     self._watchdog.notifier.submit(tell_holder, hold)
             else:
                 self._watchdog.schedule(hold, due)
+        if wakes:  # fair waiters whose turn came with a release: best effort
+            with contextlib.suppress(LockError):
+                driver.call_many(wakes, timeout)
 
 
 class ThreadWatchdog:
@@ -234,7 +251,7 @@ class ThreadWatchdog:
 
     def _run(self) -> None:
         while True:
-            by_backend: dict[int, list[Hold]] = {}
+            by_lane: dict[Any, list[Hold]] = {}
             for _, _, kind, hold in self._next_batch():
                 if settled(hold) or hold.generation != process.generation():
                     continue
@@ -242,13 +259,12 @@ class ThreadWatchdog:
                     if hold.expired() and mark_lost(hold, lease_end_reason(hold)):
                         self.notifier.submit(tell_holder, hold)
                     continue
-                by_backend.setdefault(id(hold.backend), []).append(hold)
+                by_lane.setdefault(lane_of(hold), []).append(hold)
                 self._add(hold.valid_until_mono, DEADLINE, hold)
-            for holds in by_backend.values():
-                backend = holds[0].backend
-                lane = self._lanes.get(backend)
+            for key, holds in by_lane.items():
+                lane = self._lanes.get(key)
                 if lane is None or not lane.submit(holds):
-                    lane = self._lanes[backend] = _Lane(self, "distlock-renew")
+                    lane = self._lanes[key] = _Lane(self, "distlock-renew")
                     lane.submit(holds)
 
 
@@ -283,7 +299,13 @@ class LoopWatchdog:
         timeout = attempt_timeout(hold, sent_at)
         if reason:
             try:
-                reply: Any = (await driver.call_many([release_call(hold)], max(timeout, 1.0)))[0]
+                reply: Any = (
+                    await driver.call_many([abandoned_release_call(hold)], max(timeout, 1.0))
+                )[0]
+                wakes = wake_calls(hold, reply)
+                if wakes:
+                    with contextlib.suppress(LockError):
+                        await driver.call_many(wakes, 1.0)
             except LockError as exc:
                 reply = exc
             if mark_lost(hold, reason):

@@ -13,9 +13,9 @@ import contextlib
 import gc
 
 from django_distlock.engine import LockError, process, watchdog
-from django_distlock.engine.core import Hold, release_call
+from django_distlock.engine.core import Hold
 from django_distlock.engine.io import SyncDriver
-from django_distlock.engine.renewal import abandoned_reason, settled
+from django_distlock.engine.renewal import abandoned_reason, abandoned_release_call, settled
 
 
 def _watched() -> list[Hold]:
@@ -39,5 +39,5 @@ def release_abandoned_holds() -> list[str]:
         hold.released = True  # the watchdog leaves it alone from now on
         # A test that stopped its server: the lease runs out there.
         with contextlib.suppress(LockError):
-            SyncDriver(hold.backend, hold.name).call(release_call(hold))
+            SyncDriver(hold.backend, hold.name).call(abandoned_release_call(hold))
     return sorted(f"{hold.name!r} ({abandoned_reason(hold)})" for hold in abandoned)
