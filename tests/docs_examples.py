@@ -73,7 +73,7 @@ RUN_ELSEWHERE = {
 NOT_CODE = {
     (
         "docs/architecture.md",
-        "  Django faces    views  view_guard  responses  lockedcommand  management/commands/distlock",
+        "  Django faces    views  view_guard  responses  lockedcommand  the distlock command",
     ): ("a picture of the layers"),
     ("docs/commands.md", "manage.py distlock list [--prefix P]"): "usage synopsis",
     ("docs/fencing.md", "UPDATE billing_invoice SET status = 'paid', fence = <lock.fence>"): (
