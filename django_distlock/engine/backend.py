@@ -307,6 +307,9 @@ def _client_source(
         if async_source is None:
             return None
         client = async_source if isinstance(async_source, redis.asyncio.Redis) else async_source()
+        # A Sentinel client's connections reach its pool through a weak reference: the
+        # client must live as long as the connections made from its settings.
+        _kept_alive.append(client)
         return connection_settings(client.connection_pool)
 
     sync = connection_settings(client.connection_pool) if client is not None else None
@@ -364,6 +367,7 @@ def _async_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 _backends: weakref.WeakSet[Backend] = weakref.WeakSet()
 _inherited: list[Any] = []  # what forked children must keep but never touch
+_kept_alive: list[Any] = []  # async clients whose settings the engine's connections use
 
 
 def _forget_connections_after_fork() -> None:

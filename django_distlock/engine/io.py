@@ -265,10 +265,8 @@ class SyncDriver:
         self, node: Node, commands: Sequence[tuple[Any, ...]], deadline: float | None
     ) -> list[Any]:
         pool = node.pool
-        connection = pool.get()
+        connection = pool.get(None if deadline is None else deadline - time.monotonic())
         try:
-            if deadline is not None:
-                _connect_within(connection, deadline - time.monotonic())
             connection.send_packed_command([b"".join(map(pack, commands))])
             replies: list[Any] = []
             for _ in commands:
@@ -723,23 +721,6 @@ async def _ascript_on(connection: Any, call: Call, asking: bool) -> Any:
             return reply
         return Replicated(reply, int(await connection.read_response()))
     raise ResponseError("script could not be loaded")  # pragma: no cover
-
-
-def _connect_within(connection: Any, timeout: float) -> None:
-    """Open ``connection`` if needed, taking at most ``timeout`` seconds for the connect
-    and the handshake (a stalled server accepts TCP connections but never answers)."""
-    if getattr(connection, "_sock", None) is not None:
-        return
-    saved = connection.socket_timeout, connection.socket_connect_timeout
-    bound = max(timeout, 0.001)
-    connection.socket_timeout = connection.socket_connect_timeout = bound
-    try:
-        connection.connect()
-    finally:
-        connection.socket_timeout, connection.socket_connect_timeout = saved
-        sock = getattr(connection, "_sock", None)
-        if sock is not None:
-            sock.settimeout(saved[0])
 
 
 async def completed(awaitable: Awaitable[T]) -> tuple[T, bool]:

@@ -50,18 +50,25 @@ class ConnectionPool:
         """Connections ready for reuse."""
         return len(self._idle)
 
-    def new(self) -> Any:
-        """A new, not yet connected connection (connects on first use)."""
-        return self.connection_class(**self.kwargs)
+    def new(self, connect_within: float | None = None) -> Any:
+        """A new connection, connected (in at most ``connect_within`` seconds, if given).
+        Through ``connect()`` itself: a Sentinel-managed connection asks the Sentinels
+        for the primary there, which redis-py's implicit connect on first send skips."""
+        connection = self.connection_class(**self.kwargs)
+        if connect_within is None:
+            connection.connect()
+        else:
+            _connect_within(connection, connect_within)
+        return connection
 
-    def get(self) -> Any:
-        """An idle connection that still looks usable, or a new one (connects on first
-        use). An idle connection with something to read was closed by the server (a
-        restart, an idle timeout) or holds a stray reply: it is replaced."""
+    def get(self, connect_within: float | None = None) -> Any:
+        """An idle connection that still looks usable, or a new one. An idle connection
+        with something to read was closed by the server (a restart, an idle timeout) or
+        holds a stray reply: it is replaced."""
         while True:
             with self._lock:
                 if not self._idle:
-                    return self.new()
+                    return self.new(connect_within)
                 connection = self._idle.pop()
             try:
                 if not connection.can_read():
@@ -119,7 +126,9 @@ class AsyncConnectionPool:
             except (OSError, RedisError):
                 pass
             await connection.disconnect()
-        return self.connection_class(**self.kwargs)
+        connection = self.connection_class(**self.kwargs)
+        await connection.connect()
+        return connection
 
     async def put(self, connection: Any) -> None:
         """Give back a connection whose replies have all been read."""
@@ -137,3 +146,18 @@ class AsyncConnectionPool:
         idle, self._idle = self._idle, []
         for connection in idle:
             await connection.disconnect()
+
+
+def _connect_within(connection: Any, timeout: float) -> None:
+    """Connect ``connection`` taking at most ``timeout`` seconds for the connect and the
+    handshake (a stalled server accepts TCP connections but never answers)."""
+    saved = connection.socket_timeout, connection.socket_connect_timeout
+    bound = max(timeout, 0.001)
+    connection.socket_timeout = connection.socket_connect_timeout = bound
+    try:
+        connection.connect()
+    finally:
+        connection.socket_timeout, connection.socket_connect_timeout = saved
+        sock = getattr(connection, "_sock", None)
+        if sock is not None:
+            sock.settimeout(saved[0])
