@@ -183,6 +183,9 @@ class Hold:
     renewal_error: str = ""
     """Why the last renewal attempt failed (``""`` once one succeeds)."""
     released: bool = False
+    release_failed: bool = False
+    """A release could not reach Redis: the lock may still be held with this token (the
+    next acquire by the same owner gives it back first)."""
     releasing: bool = False
     """A release is in flight: a renewal finding the lock gone proves nothing."""
     lost_reported: bool = field(default=False, repr=False)

@@ -121,6 +121,14 @@ def _reply_timeout(connection: Any) -> float:
     return connection.socket_timeout or _END_WAIT_REPLY_TIMEOUT
 
 
+class _NotConnected(Exception):
+    """A connection to a node could not be opened: nothing was sent."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 def _is_redirect(reply: Any) -> bool:
     return isinstance(reply, AskError | TryAgainError)
 
@@ -176,11 +184,12 @@ class SyncDriver:
         node = topology.node_for(key)
         asking = False
         attempt = 0
+        started = time.monotonic()
         while True:
             try:
                 return self._on(node, request, asking), node
             except ResponseError as exc:
-                redirect = redirect_of(topology, key, exc, attempt)
+                redirect = redirect_of(topology, key, exc, attempt, started)
                 if redirect is None:
                     _after_refusal(node, exc)
                     raise
@@ -188,14 +197,31 @@ class SyncDriver:
                 if redirect.delay:
                     time.sleep(redirect.delay)
                 attempt += 1
+            except _NotConnected as failed:
+                # Nothing was sent: after a failover the slot may be served elsewhere.
+                self.backend.node_failed(node)
+                node = self._failed_over(key, node, failed)
+                attempt += 1
             except (ConnectionError, OSError):
                 self.backend.node_failed(node)
                 raise
 
+    def _failed_over(self, key: str, node: Node, failed: _NotConnected) -> Node:
+        """The node now serving ``key``, read again after ``node`` could not be reached;
+        the connection error itself when nothing changed."""
+        topology = self.backend.topology()
+        moved_to = topology.node_for(key) if topology.is_cluster else node
+        if moved_to is node:
+            raise failed.error
+        return moved_to
+
     @staticmethod
     def _on(node: Node, request: Call | tuple[Any, ...], asking: bool) -> Any:
         pool = node.pool
-        connection = pool.get()
+        try:
+            connection = pool.get()
+        except (ConnectionError, OSError) as exc:
+            raise _NotConnected(exc) from exc
         try:
             if isinstance(request, Call):
                 reply = _script_on(connection, request, asking)
@@ -265,7 +291,11 @@ class SyncDriver:
         self, node: Node, commands: Sequence[tuple[Any, ...]], deadline: float | None
     ) -> list[Any]:
         pool = node.pool
-        connection = pool.get(None if deadline is None else deadline - time.monotonic())
+        try:
+            connection = pool.get(None if deadline is None else deadline - time.monotonic())
+        except (ConnectionError, OSError):
+            self.backend.node_failed(node)
+            raise
         try:
             connection.send_packed_command([b"".join(map(pack, commands))])
             replies: list[Any] = []
@@ -340,7 +370,8 @@ class SyncDriver:
             connection.send_command(*blpop)
 
     def _await_wait(self, op: AwaitWait) -> bool:
-        deadline = time.monotonic() + op.timeout
+        started = time.monotonic()
+        deadline = started + op.timeout
         attempt = 0
         while self._wait.can_read(timeout=max(deadline - time.monotonic(), 0.0)):
             try:
@@ -348,7 +379,7 @@ class SyncDriver:
             except ResponseError as exc:  # a redirect: the wait's slot is migrating
                 keys = self._wait_keys
                 self._finish_wait()
-                redirect = redirect_of(self.backend.topology(), keys[0], exc, attempt)
+                redirect = redirect_of(self.backend.topology(), keys[0], exc, attempt, started)
                 if redirect is None:
                     raise
                 attempt += 1
@@ -444,11 +475,12 @@ class AsyncDriver:
         node = topology.node_for(key)
         asking = False
         attempt = 0
+        started = time.monotonic()
         while True:
             try:
                 return await self._on(node, request, asking), node
             except ResponseError as exc:
-                redirect = redirect_of(topology, key, exc, attempt)
+                redirect = redirect_of(topology, key, exc, attempt, started)
                 if redirect is None:
                     _after_refusal(node, exc)
                     raise
@@ -456,14 +488,29 @@ class AsyncDriver:
                 if redirect.delay:
                     await asyncio.sleep(redirect.delay)
                 attempt += 1
+            except _NotConnected as failed:
+                self.backend.node_failed(node)
+                node = await self._failed_over(key, node, failed)
+                attempt += 1
             except (ConnectionError, OSError):
                 self.backend.node_failed(node)
                 raise
 
+    async def _failed_over(self, key: str, node: Node, failed: _NotConnected) -> Node:
+        """Async twin of :meth:`SyncDriver._failed_over`."""
+        topology = await self.backend.atopology()
+        moved_to = topology.node_for(key) if topology.is_cluster else node
+        if moved_to is node:
+            raise failed.error
+        return moved_to
+
     @staticmethod
     async def _on(node: Node, request: Call | tuple[Any, ...], asking: bool) -> Any:
         pool = node.async_pool()
-        connection = await pool.get()
+        try:
+            connection = await pool.get()
+        except (ConnectionError, OSError) as exc:
+            raise _NotConnected(exc) from exc
         try:
             if isinstance(request, Call):
                 reply = await _ascript_on(connection, request, asking)
@@ -528,7 +575,11 @@ class AsyncDriver:
 
     async def _pipelined(self, node: Node, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         pool = node.async_pool()
-        connection = await pool.get()
+        try:
+            connection = await pool.get()
+        except (ConnectionError, OSError):
+            self.backend.node_failed(node)
+            raise
         try:
             await connection.send_packed_command([b"".join(map(pack, commands))])
             replies: list[Any] = []
@@ -610,7 +661,8 @@ class AsyncDriver:
         self._read = asyncio.ensure_future(connection.read_response(timeout=server_wait + 5))
 
     async def _await_wait(self, op: AwaitWait) -> bool:
-        deadline = time.monotonic() + op.timeout
+        started = time.monotonic()
+        deadline = started + op.timeout
         attempt = 0
         while True:
             read = self._read
@@ -623,7 +675,9 @@ class AsyncDriver:
             except ResponseError as exc:  # a redirect: the wait's slot is migrating
                 keys = self._wait_keys
                 await self._finish_wait()
-                redirect = redirect_of(await self.backend.atopology(), keys[0], exc, attempt)
+                redirect = redirect_of(
+                    await self.backend.atopology(), keys[0], exc, attempt, started
+                )
                 if redirect is None:
                     raise
                 attempt += 1

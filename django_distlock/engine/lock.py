@@ -11,6 +11,7 @@ how sync and async lock code drifts apart.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import os
@@ -60,6 +61,14 @@ class _Unset:
 
 
 UNSET: Any = _Unset()
+
+
+def _after_release_of(stale: Hold, steps: Any) -> Any:
+    """``steps``, after giving back ``stale``'s token (a failed release, retried; if it
+    fails again the lease runs out, and the acquire says whether Redis answers)."""
+    with contextlib.suppress(LockError):
+        yield from release_steps(stale.keys, stale.token, stale.backend.tuning.waiter_liveness_ms)
+    return (yield from steps)
 
 
 def _role_or_none(execute: Callable[..., Any], key: str) -> Any:
@@ -293,6 +302,12 @@ class Lock:
         if blocking_timeout == 0:
             blocking = False
         current = self._find(task)
+        stale: Hold | None = None
+        if current is not None and current.release_failed:
+            # Its release could not reach Redis: give the old token back before taking a
+            # new one (the lease would otherwise keep this very owner waiting).
+            current.released = True
+            stale, current = current, None
         if current is not None:
             if not current.is_lost():
                 raise LockError(
@@ -334,6 +349,8 @@ class Lock:
             tuning=backend.tuning,
             replicas=self._replicas(backend),
         )
+        if stale is not None:
+            steps = _after_release_of(stale, steps)
         return hold, steps
 
     def _replicas(self, backend: Backend) -> tuple[int, int] | None:
@@ -409,6 +426,9 @@ class Lock:
         hold.releasing = True
         try:
             released = SyncDriver(hold.backend, self.name).run(self._release_steps(hold))
+        except LockError:
+            hold.release_failed = True
+            raise
         finally:
             hold.releasing = False
         self._released(hold, released)
@@ -425,6 +445,9 @@ class Lock:
             released, cancelled = await completed(
                 AsyncDriver(hold.backend, self.name).run(self._release_steps(hold))
             )
+        except LockError:
+            hold.release_failed = True
+            raise
         finally:
             hold.releasing = False
         try:

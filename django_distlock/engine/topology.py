@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -40,10 +41,13 @@ __all__ = [
 
 SLOTS = 16384
 MAX_REDIRECTS = 16
-"""Redirects (``MOVED``, ``ASK``, ``TRYAGAIN``) one command follows before giving up."""
+"""``MOVED`` and ``ASK`` redirects one command follows before giving up."""
 TRYAGAIN_DELAY = 0.02
 """Seconds before a command that got ``TRYAGAIN`` (keys split by a slot migration in
 progress) is sent again."""
+TRYAGAIN_BUDGET = 3.0
+"""Seconds a command keeps answering ``TRYAGAIN`` before it is given up: a slot's keys
+stay split between two nodes while a migration moves them."""
 
 
 Settings = tuple[type[Any], dict[str, Any]]
@@ -286,16 +290,21 @@ class Cluster(Topology):
 
 
 def redirect_of(
-    topology: Topology, key: str | bytes, error: BaseException, attempt: int
+    topology: Topology, key: str | bytes, error: BaseException, attempt: int, started: float
 ) -> Redirect | None:
-    """What to do with ``error``, the reply to a command on ``key`` (``attempt`` counts
-    from 0): a :class:`Redirect`, or ``None`` to give up and raise it."""
-    if attempt >= MAX_REDIRECTS or not topology.is_cluster:
+    """What to do with ``error``, the reply to a command on ``key`` first sent at
+    monotonic time ``started`` (``attempt`` counts redirects from 0): a :class:`Redirect`,
+    or ``None`` to give up and raise it."""
+    if not topology.is_cluster:
+        return None
+    if isinstance(error, TryAgainError):
+        if time.monotonic() - started >= TRYAGAIN_BUDGET:
+            return None
+        return Redirect(topology.node_for(key), delay=TRYAGAIN_DELAY)
+    if attempt >= MAX_REDIRECTS:
         return None
     if isinstance(error, MovedError):
         return Redirect(topology.moved(key, error.host, error.port))
     if isinstance(error, AskError):
         return Redirect(topology.asked(error.host, error.port), asking=True)
-    if isinstance(error, TryAgainError):
-        return Redirect(topology.node_for(key), delay=TRYAGAIN_DELAY)
     return None

@@ -1,0 +1,196 @@
+"""Failures of real topologies the suite starts: a Redis Cluster slot migrating under
+contention (clients get ASK, MOVED and TRYAGAIN), a cluster primary crashing, and a
+Sentinel failover. Locks that were not lost must never be held twice."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+import redis
+import redis.asyncio.sentinel
+import redis.sentinel
+from redis.crc import key_slot
+
+from django_distlock.engine import Backend, Lock, LockBackendUnavailable, LockKeys, LockLost
+
+PREFIX = "distlock:"
+
+
+class Section:
+    """A critical section that records what it must never see: two holders at once, or
+    a fence that does not increase."""
+
+    def __init__(self) -> None:
+        self.guard = threading.Lock()
+        self.inside = 0
+        self.violations = 0
+        self.entries = 0
+        self.fences: list[int] = []
+
+    def enter(self, fence: int) -> None:
+        with self.guard:
+            self.inside += 1
+            self.entries += 1
+            if self.inside > 1 or (self.fences and fence <= self.fences[-1]):
+                self.violations += 1
+            self.fences.append(fence)
+
+    def leave(self) -> None:
+        with self.guard:
+            self.inside -= 1
+
+
+def contend(backend: Backend, name: str, section: Section, stop: threading.Event, errors: list):
+    lock = Lock(name, backend=backend, timeout=5, blocking_timeout=10)
+    while not stop.is_set():
+        try:
+            with lock:
+                section.enter(lock.fence)
+                time.sleep(0.002)
+                section.leave()
+        except LockBackendUnavailable as exc:
+            errors.append(exc)
+            time.sleep(0.05)
+
+
+def test_locks_keep_excluding_each_other_while_their_slot_migrates(private_cluster):
+    backend = Backend(cluster=private_cluster.urls)
+    name = "migrating"
+    slot = key_slot(LockKeys.for_name(PREFIX, name).lock.encode())
+    source = private_cluster.primary_for_slot(slot)
+    target = next(node for node in private_cluster.primaries if node is not source)
+    section, stop, errors = Section(), threading.Event(), []
+    workers = [
+        threading.Thread(target=contend, args=(backend, name, section, stop, errors))
+        for _ in range(4)
+    ]
+    for worker in workers:
+        worker.start()
+    try:
+        time.sleep(0.5)
+        before = section.entries
+
+        def while_migrating(migration):
+            # Let the workers run against a MIGRATING slot (ASK for moved keys,
+            # TRYAGAIN for scripts whose keys are split), moving its keys in two steps.
+            time.sleep(0.5)
+            keys = private_cluster.client().cluster_get_keys_in_slot(slot, 100)
+            migration.move_keys(keys[: len(keys) // 2])
+            time.sleep(0.5)
+
+        private_cluster.migrate_slot(slot, target, on_migrating=while_migrating)
+        time.sleep(0.5)  # and after it: clients follow MOVED
+    finally:
+        stop.set()
+        for worker in workers:
+            worker.join(30)
+    assert section.violations == 0
+    assert section.entries - before > 50, section.entries  # they kept working throughout
+    assert len(errors) <= 2, errors  # at most a redirect chain that ran out during a move
+    assert private_cluster.primary_for_slot(slot) is target
+    assert Lock(name, backend=backend).locked() is False
+    backend.close()
+
+
+def test_a_crashed_cluster_primary_costs_nothing_to_locks_on_the_others(private_cluster):
+    backend = Backend(cluster=private_cluster.urls, timeout=2.0)
+    locks = [Lock(f"spread:{i}", backend=backend) for i in range(40)]
+    for lock in locks:
+        assert lock.acquire(blocking=False)
+    fences = {lock.name: lock.fence for lock in locks}
+    victim = private_cluster.primary_for_slot(key_slot(locks[0]._keys_for(PREFIX).lock.encode()))
+    on_victim = [
+        lock
+        for lock in locks
+        if private_cluster.primary_for_slot(key_slot(lock._keys_for(PREFIX).lock.encode()))
+        is victim
+    ]
+    elsewhere = [lock for lock in locks if lock not in on_victim]
+    assert on_victim
+    assert elsewhere
+
+    private_cluster.failover_primary(victim)  # SIGKILL, then its replica is promoted
+    time.sleep(2 * 2.0)  # two leases: every lock was renewed (or reported) since
+
+    probe = private_cluster.client()
+    try:
+        for lock in elsewhere:  # untouched by the crash
+            assert lock.held, lock.name
+            assert probe.get(lock._keys_for(PREFIX).lock).startswith(lock.token.encode())
+        for lock in on_victim:  # kept by the promoted replica and renewed there, or lost
+            stored = probe.get(lock._keys_for(PREFIX).lock)
+            if lock.held:
+                assert stored is not None
+                assert stored.startswith(lock.token.encode())
+            else:
+                assert lock.lost
+        # The failed-over slot takes new locks, with larger fences.
+        first = on_victim[0]
+        if first.held:
+            first.release()
+        newcomer = Lock(first.name, backend=backend)
+        assert newcomer.acquire(blocking_timeout=5)
+        assert newcomer.fence > fences[first.name]
+        newcomer.release()
+    finally:
+        probe.close()
+        for lock in locks:
+            with contextlib.suppress(LockLost, LockBackendUnavailable):
+                if lock.held:
+                    lock.release()
+        backend.close()
+
+
+def sentinel_backend(setup, **options) -> Backend:
+    sentinels = setup.sentinels
+    client = redis.sentinel.Sentinel(sentinels, socket_timeout=0.5).master_for(
+        setup.service_name, socket_timeout=0.5, socket_connect_timeout=0.5
+    )
+    return Backend(
+        client,
+        async_client=lambda: redis.asyncio.sentinel.Sentinel(sentinels).master_for(
+            setup.service_name
+        ),
+        **options,
+    )
+
+
+def test_a_sentinel_failover_leaves_no_waiter_hanging_and_fences_increasing(private_sentinel):
+    backend = sentinel_backend(private_sentinel, timeout=2.0)
+    holder = Lock("failing-over", backend=backend)
+    assert holder.acquire(blocking=False)
+    before = holder.fence
+    private_sentinel.wait_replica_in_sync()  # the replica has the lock
+    outcome: list = []
+
+    def wait():
+        started = time.monotonic()
+        waiter = Lock("failing-over", backend=backend)
+        try:
+            outcome.append((waiter.acquire(blocking_timeout=8), time.monotonic() - started))
+            if waiter.held:
+                waiter.release()
+        except LockBackendUnavailable as exc:
+            outcome.append((exc, time.monotonic() - started))
+
+    thread = threading.Thread(target=wait)
+    thread.start()
+    private_sentinel.kill_primary_and_wait_for_failover()
+    thread.join(20)
+    assert not thread.is_alive(), "a waiter hung across the failover"
+    result, waited = outcome[0]
+    assert result is True or isinstance(result, LockBackendUnavailable)
+    assert waited < 8 + 1.0
+    # The holder either kept its lock (the promoted replica had it, renewals went on) or
+    # learned it lost it; never both held and gone.
+    time.sleep(2.0)
+    assert holder.held or holder.lost
+    with contextlib.suppress(LockLost, LockBackendUnavailable):
+        holder.release()
+    newcomer = Lock("failing-over", backend=backend)
+    assert newcomer.acquire(blocking_timeout=5)
+    assert newcomer.fence > before
+    newcomer.release()
+    backend.close()
