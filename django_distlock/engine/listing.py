@@ -194,11 +194,16 @@ class Listing:
         names: list[Raw] = []
         ttls: dict[Raw, int] = {}
         now_by_bucket: dict[int, int] = {}
-        for bucket, (now_ms, flat) in zip(buckets, replies, strict=True):
-            now_by_bucket[bucket] = int(now_ms)
-            for name, score in zip(flat[0::2], flat[1::2], strict=True):
-                names.append(name)
-                ttls[name] = score_ms(score) - int(now_ms)
+        for bucket, (now_ms, joined) in zip(buckets, replies, strict=True):
+            now = int(now_ms)
+            now_by_bucket[bucket] = now
+            if not joined:
+                continue
+            flat = joined.split(b"\0" if isinstance(joined, bytes) else "\0")
+            bucket_names = flat[0::2]
+            names += bucket_names
+            for name, score in zip(bucket_names, flat[1::2], strict=True):
+                ttls[name] = int(score) - now
         snapshot = _Snapshot(self.backend, names, ttls, now_by_bucket)
         snapshot.names = _filtered(snapshot.names, filters)
         return snapshot
