@@ -6,7 +6,7 @@ with ``DISTLOCK["EVENTS"] = "async"`` (the default) against ``"off"``.
 
 One process, one private server (``bench/server.py``), Django configured here with an
 SQLite file database (migrated at start), or with ``--database postgres`` a private
-PostgreSQL cluster (the suite's ``tests/postgres_servers.py``; not pinned). Rounds
+PostgreSQL cluster (the suite's ``tests/support/postgres_servers.py``; not pinned). Rounds
 alternate the two modes (the order rotating each round); a round is ``cycles`` x
 ``with distlock(name): pass``. An ``"async"`` round ends with ``flush_events()`` and its
 time counts in the round, so the writer's work is charged to the mode that caused it and
@@ -102,7 +102,7 @@ def main() -> int:
         choices=("sqlite", "postgres"),
         default="sqlite",
         help="an SQLite file (default), or a private PostgreSQL cluster started with "
-        "tests/postgres_servers.py (needs Debian's postgresql package)",
+        "tests/support/postgres_servers.py (needs Debian's postgresql package)",
     )
     parser.add_argument(
         "--pin",
@@ -117,7 +117,7 @@ def main() -> int:
     with contextlib.ExitStack() as stack:
         server = stack.enter_context(Server())
         if args.database == "postgres":
-            from tests.postgres_servers import PostgresServer
+            from tests.support.postgres_servers import PostgresServer
 
             database = stack.enter_context(PostgresServer()).settings("postgres")
         else:

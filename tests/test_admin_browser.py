@@ -11,7 +11,7 @@ from django.urls import reverse
 from playwright.sync_api import Page, expect
 
 from django_distlock import distlock
-from tests.browser import (  # noqa: F401 (fixtures)
+from tests.support.browser import (  # noqa: F401 (fixtures)
     ADMIN_USERNAME,
     admin_page_fixture,
     admin_user_fixture,

@@ -23,7 +23,7 @@ from django.utils import timezone
 from django_distlock import distlock
 from django_distlock.models import HeldLock, LockEvent
 from django_distlock.supervisor import EXIT_BUSY, EXIT_LOST, EXIT_NOT_FOUND, EXIT_UNAVAILABLE
-from tests.engine.support import (
+from tests.support.engine import (
     REPO_ROOT,
     held_until_a_waiter_blocks,
     lock_key,

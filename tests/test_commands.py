@@ -20,8 +20,8 @@ from django.test import override_settings
 from django_distlock import distlock
 from django_distlock.lockedcommand import LockedCommand, LockedCommandMixin
 from django_distlock.models import HeldLock
-from tests.commands_app.management.commands import sync_catalog
-from tests.engine.support import (
+from tests.support.commands_app.management.commands import sync_catalog
+from tests.support.engine import (
     REPO_ROOT,
     blocked_clients,
     held_until_a_waiter_blocks,

@@ -25,7 +25,7 @@ import pytest
 import redis
 
 from testproject import redis_url_file
-from tests.redis_servers import RedisServer, _free_port
+from tests.support.redis_servers import RedisServer, _free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 

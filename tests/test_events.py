@@ -644,7 +644,7 @@ print("ok")
 
 
 def test_postgresql_gets_the_batch_by_copy_and_single_rows_by_insert(redis_client):
-    from tests.postgres_servers import PostgresServer
+    from tests.support.postgres_servers import PostgresServer
 
     with PostgresServer() as server:
         child = subprocess.run(

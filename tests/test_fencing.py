@@ -14,7 +14,7 @@ from django.test import override_settings
 
 from django_distlock import LockNotOwned, distlock
 from django_distlock.fencing import FencedQuerySet, FenceField, StaleFence
-from tests.fencing_app.models import Invoice, Note, TwoFences
+from tests.support.fencing_app.models import Invoice, Note, TwoFences
 
 BOTH = pytest.mark.django_db(databases=["default", "pg"])
 

@@ -10,9 +10,9 @@ import redis
 from django.conf import settings
 from django.core.cache import cache
 
-from tests import redis_servers
-from tests.redis_servers import RedisServer, RedisServerError, find_server_binary
 from tests.settings import REDIS_URL_ENV_VAR
+from tests.support import redis_servers
+from tests.support.redis_servers import RedisServer, RedisServerError, find_server_binary
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -163,7 +163,7 @@ def _run_child(code: str, *, terminate: bool = False) -> tuple[int, int]:
 def test_servers_are_stopped_at_interpreter_exit():
     _, returncode = _run_child(
         """
-        from tests.redis_servers import RedisServer
+        from tests.support.redis_servers import RedisServer
         print(RedisServer().start().pid, flush=True)
         """
     )
@@ -174,7 +174,7 @@ def test_servers_are_killed_when_the_test_process_is_terminated():
     _, returncode = _run_child(
         """
         import time
-        from tests.redis_servers import RedisServer, install_termination_cleanup
+        from tests.support.redis_servers import RedisServer, install_termination_cleanup
         install_termination_cleanup()
         print(RedisServer().start().pid, flush=True)
         time.sleep(60)

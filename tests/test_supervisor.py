@@ -25,8 +25,8 @@ from django_distlock.supervisor import (
     exit_status,
     forward_signal,
 )
-from tests.engine.support import REPO_ROOT, lock_key, stored_lock, wait_until
-from tests.redis_servers import RedisServer
+from tests.support.engine import REPO_ROOT, lock_key, stored_lock, wait_until
+from tests.support.redis_servers import RedisServer
 
 needs_posix = pytest.mark.skipif(os.name != "posix", reason="POSIX process groups")
 

@@ -347,7 +347,7 @@ def test_topologies_are_killed_when_the_test_process_is_terminated():
     pids, returncode = run_child(
         """
         import time
-        from tests.redis_servers import install_termination_cleanup
+        from tests.support.redis_servers import install_termination_cleanup
         from tests.support.topologies import ClusterSetup
         install_termination_cleanup()
         print(*ClusterSetup().start().pids, flush=True)

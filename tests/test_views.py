@@ -25,19 +25,19 @@ from django_distlock.views import (
     lock_view,
     locked_response,
 )
-from tests import view_urls
-from tests.engine.support import blocked_clients, closed_port, wait_until
+from tests.support import view_urls
+from tests.support.engine import blocked_clients, closed_port, wait_until
 
-pytestmark = pytest.mark.urls("tests.view_urls")
+pytestmark = pytest.mark.urls("tests.support.view_urls")
 
 # URL prefix -> the dotted path every flavour of guarded view stores as context label.
 FLAVOURS = [
-    ("pay", "tests.view_urls.pay"),
-    ("apay", "tests.view_urls.apay"),
-    ("cbv", "tests.view_urls.PayView"),
-    ("acbv", "tests.view_urls.AsyncPayView"),
-    ("mixin", "tests.view_urls.PayMixinView"),
-    ("amixin", "tests.view_urls.AsyncPayMixinView"),
+    ("pay", "tests.support.view_urls.pay"),
+    ("apay", "tests.support.view_urls.apay"),
+    ("cbv", "tests.support.view_urls.PayView"),
+    ("acbv", "tests.support.view_urls.AsyncPayView"),
+    ("mixin", "tests.support.view_urls.PayMixinView"),
+    ("amixin", "tests.support.view_urls.AsyncPayMixinView"),
 ]
 FLAVOUR_IDS = [flavour for flavour, _ in FLAVOURS]
 
@@ -152,7 +152,7 @@ def test_waiting_view_gets_the_lock_when_the_holder_releases(client, redis_clien
     finally:
         holder.join(10)
     assert response.status_code == 200
-    assert response.json() == {"held": {"invoice:42": "tests.view_urls.wait_pay"}}
+    assert response.json() == {"held": {"invoice:42": "tests.support.view_urls.wait_pay"}}
     assert_released(redis_client, "invoice:42")
 
 
@@ -170,7 +170,7 @@ async def test_waiting_async_view_gets_the_lock_when_the_holder_releases(
     finally:
         holder.join(10)
     assert response.status_code == 200
-    assert response.json() == {"held": {"invoice:42": "tests.view_urls.await_pay"}}
+    assert response.json() == {"held": {"invoice:42": "tests.support.view_urls.await_pay"}}
 
 
 def test_wait_that_times_out_answers_423(client, redis_client):
@@ -187,7 +187,7 @@ def test_template_from_request_user(client, redis_client, django_user_model):
     user = django_user_model.objects.create_user("ada", password="x")
     client.force_login(user)
     response = client.get("/cart/")
-    assert response.json() == {"held": {f"cart:{user.pk}": "tests.view_urls.cart"}}
+    assert response.json() == {"held": {f"cart:{user.pk}": "tests.support.view_urls.cart"}}
     with distlock(f"cart:{user.pk}"):
         assert client.get("/cart/").status_code == 423
     other = django_user_model.objects.create_user("bob", password="x")
@@ -198,14 +198,16 @@ def test_template_from_request_user(client, redis_client, django_user_model):
 
 def test_callable_name(client, redis_client):
     response = client.get("/callable/7/")
-    assert response.json() == {"held": {"callable:GET:7": "tests.view_urls.by_callable"}}
+    assert response.json() == {"held": {"callable:GET:7": "tests.support.view_urls.by_callable"}}
     with distlock("callable:GET:7"):
         assert client.get("/callable/7/").status_code == 423
 
 
 def test_mixin_lock_name_method(client, redis_client):
     response = client.get("/mixin-callable/7/")
-    assert response.json() == {"held": {"mixin:GET:7": "tests.view_urls.CallableNameMixinView"}}
+    assert response.json() == {
+        "held": {"mixin:GET:7": "tests.support.view_urls.CallableNameMixinView"}
+    }
 
 
 def test_positional_url_arguments_fill_numbered_fields(rf, redis_client):
@@ -231,7 +233,7 @@ def test_missing_url_kwarg_is_improperly_configured_naming_field_and_view(client
         client.get("/missing-kwarg/42/")
     message = str(info.value)
     assert "{missing}" in message
-    assert "tests.view_urls.MissingKwargView" in message
+    assert "tests.support.view_urls.MissingKwargView" in message
     assert "invoice_id" in message  # what the URL did give
 
 
@@ -286,7 +288,7 @@ def test_url_value_not_encodable_as_utf8_raises_http404(rf, closed_redis_url, fl
 def test_longest_url_value_that_fits_still_locks(client, redis_client):
     value = "x" * (MAX_NAME_LENGTH - len("invoice:"))
     response = client.get(f"/text/pay/{value}/")
-    assert response.json() == {"held": {f"invoice:{value}": "tests.view_urls.pay"}}
+    assert response.json() == {"held": {f"invoice:{value}": "tests.support.view_urls.pay"}}
 
 
 def test_invalid_template_and_options_fail_at_decoration():
@@ -305,7 +307,7 @@ def test_invalid_template_and_options_fail_at_decoration():
     with pytest.raises(ValueError, match="blocking_timeout must be at most"):
         lock_view("x", blocking_timeout=10**400)
     with pytest.raises(TypeError, match="on_busy must be callable"):
-        lock_view("x", on_busy="tests.view_urls.teapot_on_busy")  # type: ignore[arg-type]
+        lock_view("x", on_busy="tests.support.view_urls.teapot_on_busy")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="fail_open must be a bool"):
         lock_view("x", fail_open=1)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="lock_view decorates views"):
@@ -338,7 +340,7 @@ async def test_async_on_busy_for_async_view(async_client, redis_client):
 
 @pytest.mark.parametrize("flavour", FLAVOUR_IDS)
 def test_on_busy_from_settings(client, redis_client, flavour):
-    on_busy = {"EVENTS": "off", "VIEW_ON_BUSY": "tests.view_urls.settings_on_busy"}
+    on_busy = {"EVENTS": "off", "VIEW_ON_BUSY": "tests.support.view_urls.settings_on_busy"}
     with override_settings(DISTLOCK=on_busy), distlock("invoice:42", timeout=30):
         response = client.get(f"/{flavour}/42/")
     assert response.status_code == 409
@@ -346,7 +348,7 @@ def test_on_busy_from_settings(client, redis_client, flavour):
 
 
 def test_per_view_on_busy_beats_settings(client, redis_client):
-    on_busy = {"EVENTS": "off", "VIEW_ON_BUSY": "tests.view_urls.settings_on_busy"}
+    on_busy = {"EVENTS": "off", "VIEW_ON_BUSY": "tests.support.view_urls.settings_on_busy"}
     with override_settings(DISTLOCK=on_busy), distlock("invoice:42"):
         assert client.get("/teapot/42/").status_code == 418
         assert client.get("/mixin-teapot/42/").status_code == 418
@@ -356,8 +358,8 @@ def test_per_view_on_busy_beats_settings(client, redis_client):
 @pytest.mark.parametrize(
     ("path", "message"),
     [
-        ("tests.view_urls.nowhere", "cannot be imported"),
-        ("tests.view_urls.not_callable_on_busy", "not a callable"),
+        ("tests.support.view_urls.nowhere", "cannot be imported"),
+        ("tests.support.view_urls.not_callable_on_busy", "not a callable"),
     ],
 )
 def test_broken_on_busy_setting_is_improperly_configured(client, redis_client, path, message):
@@ -415,7 +417,7 @@ def test_view_on_unavailable_setting(client, dead_redis_url):
     setting = {
         "EVENTS": "off",
         "URL": dead_redis_url,
-        "VIEW_ON_UNAVAILABLE": "tests.view_urls.maintenance",
+        "VIEW_ON_UNAVAILABLE": "tests.support.view_urls.maintenance",
     }
     with override_settings(DISTLOCK=setting):
         response = client.get("/pay/42/")
@@ -427,7 +429,7 @@ def test_view_on_unavailable_setting(client, dead_redis_url):
 
 def test_on_unavailable_must_be_callable():
     with pytest.raises(TypeError, match="on_unavailable must be callable"):
-        lock_view("x", on_unavailable="tests.view_urls.maintenance")  # type: ignore[arg-type]
+        lock_view("x", on_unavailable="tests.support.view_urls.maintenance")  # type: ignore[arg-type]
 
 
 def test_fail_open_runs_the_view_unguarded_and_logs(client, dead_redis_url, caplog):
@@ -441,7 +443,7 @@ def test_fail_open_runs_the_view_unguarded_and_logs(client, dead_redis_url, capl
     [record] = [r for r in caplog.records if r.name == "django_distlock.views"]
     assert record.levelno == logging.WARNING
     assert "without lock 'invoice:42'" in record.getMessage()
-    assert "tests.view_urls.fail_open" in record.getMessage()
+    assert "tests.support.view_urls.fail_open" in record.getMessage()
 
 
 async def test_fail_open_async_view(async_client, dead_redis_url):
@@ -463,7 +465,10 @@ def test_fail_open_still_locks_while_redis_is_up(client, redis_client):
     with distlock("invoice:42"):
         assert client.get("/fail-open/42/").status_code == 423
     response = client.get("/fail-open/42/")
-    assert response.json() == {"held": {"invoice:42": "tests.view_urls.fail_open"}, "ran": True}
+    assert response.json() == {
+        "held": {"invoice:42": "tests.support.view_urls.fail_open"},
+        "ran": True,
+    }
 
 
 # -- leaving -----------------------------------------------------------------------------
@@ -472,7 +477,7 @@ def test_fail_open_still_locks_while_redis_is_up(client, redis_client):
 def test_lock_is_released_after_the_view_raises(client, redis_client):
     with pytest.raises(view_urls.ViewFailed) as info:
         client.get("/failing/42/")
-    assert json.loads(str(info.value)) == {"invoice:42": "tests.view_urls.failing"}
+    assert json.loads(str(info.value)) == {"invoice:42": "tests.support.view_urls.failing"}
     assert_released(redis_client, "invoice:42")
     assert client.get("/pay/42/").status_code == 200
 
@@ -480,7 +485,7 @@ def test_lock_is_released_after_the_view_raises(client, redis_client):
 async def test_lock_is_released_after_the_async_view_raises(async_client, redis_client):
     with pytest.raises(view_urls.ViewFailed) as info:
         await async_client.get("/afailing/42/")
-    assert json.loads(str(info.value)) == {"invoice:42": "tests.view_urls.afailing"}
+    assert json.loads(str(info.value)) == {"invoice:42": "tests.support.view_urls.afailing"}
     assert_released(redis_client, "invoice:42")
 
 
@@ -518,7 +523,7 @@ def test_async_wrapper_is_chosen_at_decoration_time():
     assert iscoroutinefunction(view_urls.AsyncPayView.as_view())
     assert iscoroutinefunction(view_urls.AsyncPayMixinView.as_view())
     assert view_urls.pay.__name__ == "pay"
-    assert view_urls.pay.__wrapped__.__module__ == "tests.view_urls"
+    assert view_urls.pay.__wrapped__.__module__ == "tests.support.view_urls"
 
 
 def test_lock_view_on_as_view_uses_the_class_path(rf, redis_client):

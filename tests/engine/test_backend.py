@@ -21,7 +21,7 @@ from django_distlock.engine import (
     LockError,
     LockKeys,
 )
-from tests.engine.support import (
+from tests.support.engine import (
     async_client,
     await_until,
     blocked_clients,

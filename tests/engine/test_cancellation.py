@@ -10,7 +10,7 @@ import time
 import pytest
 
 from django_distlock.engine import Lock
-from tests.engine.support import await_until, blocked_clients, keys_of, lock_key, stored_lock
+from tests.support.engine import await_until, blocked_clients, keys_of, lock_key, stored_lock
 
 
 async def cancel_and_wait(task: asyncio.Task) -> None:

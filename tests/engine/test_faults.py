@@ -13,7 +13,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from django_distlock.engine import Lock, LockBackendUnavailable, LockLost
-from tests.engine.support import (
+from tests.support.engine import (
     Recorder,
     await_until,
     blocked_clients,

@@ -28,7 +28,7 @@ from django_distlock.engine import (
     LockNotAcquired,
     LockNotOwned,
 )
-from tests.engine.support import (
+from tests.support.engine import (
     PREFIX,
     blocked_clients,
     in_other_thread,

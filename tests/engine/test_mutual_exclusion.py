@@ -11,7 +11,7 @@ import time
 import pytest
 
 from django_distlock.engine import Lock
-from tests.engine.support import start_worker, stop_worker
+from tests.support.engine import start_worker, stop_worker
 
 PROCESSES = 6
 ITERATIONS = 250

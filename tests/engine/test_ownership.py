@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from django_distlock.engine import Lock, LockLost, LockNotOwned
-from tests.engine.support import await_until, lock_key, stored_lock
+from tests.support.engine import await_until, lock_key, stored_lock
 
 
 async def assert_caller_holds(lock, redis_client):

@@ -15,7 +15,7 @@ import redis
 import redis.asyncio
 
 from django_distlock.engine import Backend, Lock, LockLost
-from tests.engine.support import (
+from tests.support.engine import (
     HOST,
     Api,
     await_until,

@@ -18,7 +18,7 @@ import redis.asyncio
 
 from django_distlock.engine import Backend, Lock, LockLost, LockNotOwned
 from django_distlock.engine.scripts import RELEASE
-from tests.engine.support import (
+from tests.support.engine import (
     HOST,
     Recorder,
     async_client,

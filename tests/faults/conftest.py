@@ -15,9 +15,9 @@ from tests.engine.conftest import (  # noqa: F401 - fixtures shared with the eng
     make_backend,
     recorder,
 )
-from tests.redis_servers import RedisServer
 from tests.support.forking import ForkedChild, fork_child
 from tests.support.proxy import TcpProxy
+from tests.support.redis_servers import RedisServer
 
 
 @pytest.fixture

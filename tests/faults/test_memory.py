@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from django_distlock.engine import Lock
-from tests.engine.support import keys_of
+from tests.support.engine import keys_of
 
 NAMES = 2000
 LEASE = 10.0

@@ -14,7 +14,6 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import redis
@@ -24,10 +23,10 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from django_distlock.engine import Backend, Event, Lock, LockKeys
+from tests.support import REPO_ROOT
 
 HOST = "127.0.0.1"
 PREFIX = "distlock:"
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def sync_client(port: int, **kwargs: Any) -> redis.Redis:
@@ -311,10 +310,10 @@ def in_other_thread(func: Callable[..., Any], *args: Any) -> Any:
 
 
 def start_worker(*args: str) -> subprocess.Popen[str]:
-    """Start ``python -m tests.engine.workers ARGS`` from the repository root."""
+    """Start ``python -m tests.support.workers ARGS`` from the repository root."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     return subprocess.Popen(
-        [sys.executable, "-m", "tests.engine.workers", *args],
+        [sys.executable, "-m", "tests.support.workers", *args],
         cwd=REPO_ROOT,
         env=env,
         stdin=subprocess.DEVNULL,

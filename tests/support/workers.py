@@ -1,9 +1,9 @@
 """Subprocess entry points for the multi-process engine tests.
 
-``python -m tests.engine.workers hold PORT NAME LEASE`` takes the lock (auto-renewed),
+``python -m tests.support.workers hold PORT NAME LEASE`` takes the lock (auto-renewed),
 prints ``acquired FENCE`` and sleeps until killed.
 
-``python -m tests.engine.workers count PORT NAME ITERATIONS FAIR`` prints ``ready``,
+``python -m tests.support.workers count PORT NAME ITERATIONS FAIR`` prints ``ready``,
 waits for an item on the ``start`` list, then ITERATIONS times, under the lock, reads
 the ``counter`` key, appends its fence to the ``fences`` list and writes counter + 1
 (a read-modify-write that loses increments unless the lock excludes everybody else).

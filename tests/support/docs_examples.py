@@ -50,8 +50,7 @@ from django.db import connection
 from django.test import override_settings
 
 from django_distlock.settings import DEFAULTS, _build
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import REPO_ROOT
 
 FENCE = re.compile(r"^(?P<indent> *)```(?P<info>[^`]*)$")
 HEADER = re.compile(r"^# (?P<path>[\w/]+\.py)\s*$")
@@ -101,7 +100,9 @@ class Block:
 
 def parse(path: Path) -> list[Block]:
     """The fenced blocks and hidden ``<!-- docs-test -->`` comments of ``path``, in order."""
-    relative = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
+    relative = (
+        path.relative_to(REPO_ROOT).as_posix() if path.is_relative_to(REPO_ROOT) else path.name
+    )
     lines = path.read_text(encoding="utf-8").splitlines()
     blocks: list[Block] = []
     index = 0
@@ -132,7 +133,7 @@ def parse(path: Path) -> list[Block]:
 
 def markdown_files() -> list[Path]:
     """README.md and every guide under docs/."""
-    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    return [REPO_ROOT / "README.md", *sorted((REPO_ROOT / "docs").glob("*.md"))]
 
 
 def undefined_globals(source: str, namespace: dict[str, Any]) -> list[str]:

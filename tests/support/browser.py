@@ -23,8 +23,9 @@ from typing import Any
 import pytest
 from playwright.sync_api import Browser, BrowserContext, Page, Playwright, sync_playwright
 
-ROOT = Path(__file__).resolve().parent.parent
-ARTIFACTS = ROOT / "test-artifacts"
+from tests.support import REPO_ROOT
+
+ARTIFACTS = REPO_ROOT / "test-artifacts"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -165,7 +166,7 @@ class LockHolder:
         self.name = name
         self.process = subprocess.Popen(
             [sys.executable, "-c", _HOLDER_SCRIPT, name, str(timeout), context],
-            cwd=ROOT,
+            cwd=REPO_ROOT,
             env=env,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

@@ -30,7 +30,7 @@ from typing import Any, Self
 
 import pytest
 
-from tests.redis_servers import HOST, _free_port
+from tests.support.redis_servers import HOST, _free_port
 
 PG_ALIAS = "pg"
 SUPERUSER = "postgres"
