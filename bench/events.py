@@ -32,7 +32,7 @@ for path in (str(HERE), str(ROOT)):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from server import HOST, Server  # noqa: E402
+from server import bench_server  # noqa: E402
 from stats import median, percentile  # noqa: E402
 
 MODES = ("off", "async")
@@ -115,7 +115,7 @@ def main() -> int:
     rounds, cycles = (6, 500) if args.quick else (args.rounds, args.cycles)
 
     with contextlib.ExitStack() as stack:
-        server = stack.enter_context(Server())
+        server = stack.enter_context(bench_server())
         if args.database == "postgres":
             from tests.support.postgres_servers import PostgresServer
 
@@ -128,7 +128,7 @@ def main() -> int:
         if pin != "none":
             os.sched_setaffinity(0, {cpus[0]})
             server.pin({cpus[1] if pin == "split" else cpus[0]})
-        configure_django(f"redis://{HOST}:{server.port}/0", database)
+        configure_django(server.url, database)
 
         from django_distlock import eventwriter
         from django_distlock.models import LockEvent

@@ -20,7 +20,8 @@ from django.test.utils import override_settings
 from tests.settings import REDIS_URL_ENV_VAR
 from tests.support.hygiene import release_abandoned_holds
 from tests.support.postgres_servers import django_db_modify_db_settings, postgres_server  # noqa: F401
-from tests.support.redis_servers import RedisServer, install_termination_cleanup
+from tests.support.redis_servers import RedisServer
+from tests.support.servers import install_termination_cleanup
 from tests.support.topologies import ClusterSetup, ReplicatedSetup, SentinelSetup
 
 _SESSION_SERVER = pytest.StashKey[RedisServer]()

