@@ -41,7 +41,7 @@ def install_project() -> None:
 
 
 def install_browser() -> None:
-    """The admin browser tests (``tests/test_admin_browser.py``) drive Debian's ``chromium``
+    """The admin browser tests (``tests/admin/test_browser.py``) drive Debian's ``chromium``
     through Playwright (never ``playwright install``): install it when ``/usr/bin/chromium``
     is missing and we are root."""
     if Path("/usr/bin/chromium").exists():

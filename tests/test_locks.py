@@ -114,10 +114,10 @@ def test_cache_options_reach_sync_and_async_clients(redis_server_factory):
         asyncio.run(distlock("pw-async").aacquire())
 
 
-def test_backend_down_is_lock_backend_unavailable(private_redis):
-    url = private_redis.url
-    private_redis.stop()
-    with override_settings(CACHES=_cache(url, SOCKET_CONNECT_TIMEOUT=1, SOCKET_TIMEOUT=1)):
+def test_backend_down_is_lock_backend_unavailable(dead_redis_url):
+    with override_settings(
+        CACHES=_cache(dead_redis_url, SOCKET_CONNECT_TIMEOUT=1, SOCKET_TIMEOUT=1)
+    ):
         with pytest.raises(LockBackendUnavailable) as info:
             distlock("down").acquire()
         assert info.value.name == "down"

@@ -10,7 +10,6 @@ from collections.abc import Iterator
 
 import pytest
 from django.dispatch import Signal
-from django.test import override_settings
 
 from django_distlock import LockLost, distlock
 from django_distlock import signals as distlock_signals
@@ -26,12 +25,9 @@ from django_distlock.signals import (
     lock_lost,
     lock_released,
 )
+from tests.support.events import events_mode
 
 LOCK_SIGNALS = (lock_acquired, lock_released, lock_extended, lock_contended, lock_lost)
-
-
-def events_mode(mode: str) -> override_settings:
-    return override_settings(DISTLOCK={"EVENTS": mode})
 
 
 @contextlib.contextmanager

@@ -1,5 +1,6 @@
 """``django_distlock.supervisor``: a program run under an engine lock, without Django
-(``tests/test_cli.py`` drives the same through ``manage.py distlock run``)."""
+(``tests/management/commands/test_distlock.py`` drives the same through
+``manage.py distlock run``)."""
 
 from __future__ import annotations
 

@@ -63,8 +63,9 @@ RUN_ELSEWHERE = {
     " package from the checkout (pip install -e .[test]) before running this suite",
     ".venv/bin/pip install -e '.[bench]'": "the bench extra; bench/README.md",
     ".venv/bin/python bench/": "benchmarks are run by hand, their output is bench/results.md",
-    "manage.py distlock run": "runs a program of yours; tests/test_cli.py runs it with real"
-    " programs, signals and exit codes",
+    "manage.py distlock run": "runs a program of yours; "
+    "tests/management/commands/test_distlock.py runs it with real programs, signals and "
+    "exit codes",
     "echo $?": "the exit status of the command before it, shown in its output",
 }
 

@@ -1,4 +1,5 @@
-"""Guarded views and their URLs for ``tests/test_views.py``.
+"""Guarded views and their URLs for the view tests (``tests/test_views.py``,
+``test_view_guard.py``, ``test_responses.py``).
 
 Every guarded view answers with the locks held while it ran (name -> context label),
 read from Redis, so tests see what the guard really held.
@@ -327,3 +328,24 @@ urlpatterns += [
     path(f"text/{flavour}/<str:invoice_id>/", view) for flavour, view in TEXT_VIEWS.items()
 ]
 urlpatterns += [path("text/user-doc/<str:slug>/", user_doc)]
+
+
+# URL prefix -> the dotted path every flavour of guarded view stores as context label.
+FLAVOURS = [
+    ("pay", "tests.support.view_urls.pay"),
+    ("apay", "tests.support.view_urls.apay"),
+    ("cbv", "tests.support.view_urls.PayView"),
+    ("acbv", "tests.support.view_urls.AsyncPayView"),
+    ("mixin", "tests.support.view_urls.PayMixinView"),
+    ("amixin", "tests.support.view_urls.AsyncPayMixinView"),
+]
+FLAVOUR_IDS = [flavour for flavour, _ in FLAVOURS]
+
+
+def assert_locked_response(response: Any, name: str, *, low: int, high: int) -> None:
+    """``response`` is the 423 a busy guarded view answers, with a ``Retry-After`` between
+    ``low`` and ``high`` seconds."""
+    assert response.status_code == 423
+    assert response["Content-Type"] == "text/plain; charset=utf-8"
+    assert low <= int(response["Retry-After"]) <= high
+    assert repr(name) in response.content.decode()

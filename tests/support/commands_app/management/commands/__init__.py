@@ -1,1 +1,1 @@
-"""Example ``LockedCommand`` subclasses used by tests/test_commands.py."""
+"""Example ``LockedCommand`` subclasses used by tests/test_lockedcommand.py."""

@@ -224,7 +224,7 @@ def test_mixin_works_with_any_base_command_subclass(redis_client):
         lock_name = "subclassed"
 
     out, _ = _run(Command())
-    assert out == "base manage.py test_commands\n"
+    assert out == "base manage.py test_lockedcommand\n"
 
 
 def test_a_command_name_too_long_for_a_context_label_is_cut_to_fit(redis_client):
@@ -276,13 +276,11 @@ def test_a_failing_handle_releases_the_lock_and_keeps_its_error(redis_client):
         assert lock.fence is not None
 
 
-def test_redis_down_is_a_command_error_naming_redis(private_redis):
-    url = private_redis.url
-    private_redis.stop()
+def test_redis_down_is_a_command_error_naming_redis(dead_redis_url):
     caches = {
         "default": {
             "BACKEND": "django_redis.cache.RedisCache",
-            "LOCATION": url,
+            "LOCATION": dead_redis_url,
             "OPTIONS": {"SOCKET_CONNECT_TIMEOUT": 1, "SOCKET_TIMEOUT": 1},
         }
     }

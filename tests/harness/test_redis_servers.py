@@ -339,3 +339,52 @@ def test_log_tail_names_the_server_and_its_log(private_redis):
     tail = private_redis.log_tail(200)
     assert tail.startswith(f"--- {private_redis.log_path} ({private_redis!r}) ---\n")
     assert len(tail.split("\n", 1)[1]) <= 200
+
+
+# -- replicas ---------------------------------------------------------------------------
+
+
+def test_a_replica_syncs_and_can_be_promoted(redis_server_factory):
+    primary = redis_server_factory()
+    replica = redis_server_factory(replica_of=primary)
+    with primary.client() as client:
+        client.set("key", "1")
+    replica.wait_until_in_sync(primary)
+    with replica.client() as client:
+        assert client.get("key") == b"1"
+        with pytest.raises(redis.ReadOnlyError):
+            client.set("key", "2")
+        primary.kill()
+        replica.promote()
+        assert replica.replication()["role"] == "master"
+        assert replica.replica_of is None
+        client.set("key", "2")
+        assert client.get("key") == b"2"
+
+
+def test_a_replica_behind_a_stalled_proxy_misses_writes(redis_server_factory, make_proxy):
+    primary = redis_server_factory(password="secret")
+    proxy = make_proxy(primary)
+    replica = redis_server_factory(["--masterauth", "secret"], replica_of=proxy.port)
+    replica.wait_until_in_sync(primary)
+    proxy.stall()
+    with primary.client() as client:
+        client.set("missed", "1")
+    time.sleep(0.2)
+    with replica.client() as client:
+        assert client.get("missed") is None
+    proxy.resume()
+    replica.wait_until_in_sync(primary)
+    with replica.client() as client:
+        assert client.get("missed") == b"1"
+
+
+def test_replicate_attaches_a_running_server(redis_server_factory):
+    primary = redis_server_factory()
+    server = redis_server_factory()
+    with primary.client() as client:
+        client.set("key", "1")
+    server.replicate(primary)
+    server.wait_until_in_sync(primary)
+    with server.client() as client:
+        assert client.get("key") == b"1"

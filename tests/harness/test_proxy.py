@@ -1,8 +1,8 @@
-"""The fault-injection harness itself: the TCP proxy, replica servers and forked children."""
+"""The TCP proxy of the fault tests (``tests/support/proxy.py``): forwarding, stalls, cuts
+and delays."""
 
 from __future__ import annotations
 
-import os
 import socket
 import threading
 import time
@@ -12,7 +12,6 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from tests.support.forking import ChildFailed, ChildTimeout, run_in_fork
 from tests.support.proxy import ProxyError, TcpProxy, sends_command
 
 PING = b"*1\r\n$4\r\nPING\r\n"
@@ -61,9 +60,6 @@ def wait_for(predicate, within: float = 5.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.005)
-
-
-# -- proxy ------------------------------------------------------------------------------
 
 
 def test_the_proxy_forwards_commands_and_pipelines(private_redis, make_proxy):
@@ -199,101 +195,3 @@ def test_a_dead_target_refuses_through_the_proxy(make_proxy, private_redis):
         assert is_closed(sock)
         sock.close()
     wait_for(lambda: proxy.connection_count == 0)
-
-
-# -- replicas ---------------------------------------------------------------------------
-
-
-def test_a_replica_syncs_and_can_be_promoted(redis_server_factory):
-    primary = redis_server_factory()
-    replica = redis_server_factory(replica_of=primary)
-    with primary.client() as client:
-        client.set("key", "1")
-    replica.wait_until_in_sync(primary)
-    with replica.client() as client:
-        assert client.get("key") == b"1"
-        with pytest.raises(redis.ReadOnlyError):
-            client.set("key", "2")
-        primary.kill()
-        replica.promote()
-        assert replica.replication()["role"] == "master"
-        assert replica.replica_of is None
-        client.set("key", "2")
-        assert client.get("key") == b"2"
-
-
-def test_a_replica_behind_a_stalled_proxy_misses_writes(redis_server_factory, make_proxy):
-    primary = redis_server_factory(password="secret")
-    proxy = make_proxy(primary)
-    replica = redis_server_factory(["--masterauth", "secret"], replica_of=proxy.port)
-    replica.wait_until_in_sync(primary)
-    proxy.stall()
-    with primary.client() as client:
-        client.set("missed", "1")
-    time.sleep(0.2)
-    with replica.client() as client:
-        assert client.get("missed") is None
-    proxy.resume()
-    replica.wait_until_in_sync(primary)
-    with replica.client() as client:
-        assert client.get("missed") == b"1"
-
-
-def test_replicate_attaches_a_running_server(redis_server_factory):
-    primary = redis_server_factory()
-    server = redis_server_factory()
-    with primary.client() as client:
-        client.set("key", "1")
-    server.replicate(primary)
-    server.wait_until_in_sync(primary)
-    with server.client() as client:
-        assert client.get("key") == b"1"
-
-
-# -- forked children --------------------------------------------------------------------
-
-
-def test_a_forked_child_returns_its_result(private_redis):
-    parent = os.getpid()
-    assert run_in_fork(lambda: (os.getpid() != parent, "x" * 200_000)) == (True, "x" * 200_000)
-    # The child left through os._exit: the parent's servers (stopped by atexit) live on.
-    assert private_redis.running
-    with private_redis.client() as client:
-        assert client.ping()
-
-
-def test_a_forked_child_reports_what_it_raised():
-    def fail() -> None:
-        raise KeyError("in the child")
-
-    with pytest.raises(ChildFailed, match="KeyError") as caught:
-        run_in_fork(fail)
-    assert "in the child" in caught.value.child_traceback
-    assert "def fail" in caught.value.child_traceback or "fail" in caught.value.child_traceback
-
-
-def test_a_forked_child_that_hangs_is_killed(fork):
-    child = fork(lambda: time.sleep(30))
-    started = time.monotonic()
-    with pytest.raises(ChildTimeout):
-        child.result(timeout=0.3)
-    assert time.monotonic() - started < 2
-    with pytest.raises(ChildProcessError):
-        os.waitpid(child.pid, os.WNOHANG)  # already reaped
-
-
-def test_forking_with_threads_running_does_not_warn():
-    stop = threading.Event()
-    thread = threading.Thread(target=stop.wait)
-    thread.start()
-    try:
-        assert run_in_fork(lambda: threading.active_count()) == 1
-    finally:
-        stop.set()
-        thread.join()
-
-
-def test_a_child_killed_by_a_signal_is_reported(fork):
-    child = fork(lambda: os.kill(os.getpid(), 9))
-    with pytest.raises(ChildFailed, match="signal 9"):
-        child.result(timeout=5)

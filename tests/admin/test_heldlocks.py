@@ -9,12 +9,10 @@ import re
 import statistics
 import threading
 import time
-from collections.abc import Iterator
 from urllib.parse import urlencode
 
 import pytest
 from django.contrib.admin.models import DELETION, LogEntry
-from django.contrib.auth.models import Permission, User
 from django.contrib.contenttypes.models import ContentType
 from django.test import Client, override_settings
 from django.urls import NoReverseMatch, reverse
@@ -24,61 +22,13 @@ from django.utils.html import escape
 from django_distlock import LockLost, LockNotOwned, distlock
 from django_distlock.engine import Lock
 from django_distlock.models import HeldLock, LockEvent
+from tests.support.admin import logged_in, make_user
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("redis_client", "events_off")]
 
 CHANGELIST = "/admin/django_distlock/heldlock/"
 DETAIL = CHANGELIST + "detail/"
 FORCE_RELEASE = CHANGELIST + "force-release/"
-
-
-@pytest.fixture(autouse=True)
-def _events_off(redis_client: object) -> Iterator[None]:
-    with override_settings(DISTLOCK={"EVENTS": "off"}):
-        yield
-
-
-@pytest.fixture
-def hold() -> Iterator[contextlib.ExitStack]:
-    """``hold.enter_context(distlock(...))``: locks released at the end of the test."""
-    with contextlib.ExitStack() as stack:
-        yield stack
-
-
-def _staff(username: str, *perms: str) -> User:
-    user = User.objects.create_user(username, password="pw", is_staff=True)
-    for codename in perms:
-        user.user_permissions.add(
-            Permission.objects.get(content_type__app_label="django_distlock", codename=codename)
-        )
-    return user
-
-
-def _client(user: User | None, **options: object) -> Client:
-    client = Client(**options)  # type: ignore[arg-type]
-    if user is not None:
-        client.force_login(user)
-    return client
-
-
-@pytest.fixture
-def admin_user() -> User:
-    return User.objects.create_superuser("root", password="pw")
-
-
-@pytest.fixture
-def admin(admin_user: User) -> Client:
-    return _client(admin_user)
-
-
-@pytest.fixture
-def viewer() -> Client:
-    return _client(_staff("viewer", "view_heldlock", "view_lockevent"))
-
-
-@pytest.fixture
-def operator() -> Client:
-    return _client(_staff("operator", "view_heldlock", "view_lockevent", "force_release_heldlock"))
 
 
 def _names_on_page(html: str) -> list[str]:
@@ -394,7 +344,7 @@ def test_detail_of_a_lock_not_held(admin, redis_client):
 def test_detail_hides_events_without_their_permission(hold):
     hold.enter_context(distlock("e", timeout=30))
     LockEvent.objects.create(name="e", kind="acquired", fence=1, at=timezone.now())
-    client = _client(_staff("noevents", "view_heldlock"))
+    client = logged_in(make_user("noevents", "view_heldlock"))
     html = client.get(_detail("e")).content.decode()
     assert "You do not have permission to view lock events." in html
     assert "event-acquired" not in html
@@ -423,7 +373,7 @@ def _wait_in_thread(name: str) -> tuple[threading.Thread, dict[str, object]]:
 @pytest.mark.django_db(transaction=True)  # the waiter thread writes its events too
 @override_settings(DISTLOCK={"EVENTS": "sync"})
 def test_force_release_from_the_changelist(admin_user, redis_client):
-    admin = _client(admin_user, enforce_csrf_checks=True)
+    admin = logged_in(admin_user, enforce_csrf_checks=True)
     lock = distlock("stuck:job", context="cron", timeout=60, raise_on_lost=False)
     other = distlock("other", timeout=60)
     assert lock.acquire()
@@ -577,7 +527,7 @@ def test_force_release_with_nothing_selected(admin, redis_client):
 
 
 def test_force_release_post_needs_the_csrf_token(admin_user, redis_client):
-    client = _client(admin_user, enforce_csrf_checks=True)
+    client = logged_in(admin_user, enforce_csrf_checks=True)
     lock = distlock("csrf", timeout=60)
     assert lock.acquire()
     try:
@@ -612,7 +562,7 @@ def test_anonymous_users_are_sent_to_the_login_page(client, hold):
 
 def test_staff_without_view_permission_get_403(hold):
     hold.enter_context(distlock("perm", timeout=30))
-    client = _client(_staff("nobody", "view_lockevent"))
+    client = logged_in(make_user("nobody", "view_lockevent"))
     for url in PAGES:
         assert client.get(url).status_code == 403, url
     assert (
@@ -649,7 +599,7 @@ def test_view_permission_is_read_only(viewer, hold):
 
 def test_force_release_permission_needs_view_permission_too(hold):
     hold.enter_context(distlock("perm", timeout=30))
-    client = _client(_staff("blind", "force_release_heldlock"))
+    client = logged_in(make_user("blind", "force_release_heldlock"))
     assert client.get(PAGES[2]).status_code == 403
     assert (
         client.post(
