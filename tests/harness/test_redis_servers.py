@@ -208,28 +208,8 @@ def test_a_server_dying_with_its_parent_stops_when_the_parent_is_killed(tmp_path
         pytest.fail(f"server {pid} outlived the process that started it")
 
 
-def _run_child(code: str, *, terminate: bool = False) -> tuple[int, int]:
-    """Run ``code`` in a child interpreter that prints a server PID; return (PID, exit code)."""
-    child = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert child.stdout is not None
-    pid = int(child.stdout.readline())
-    if terminate:
-        child.terminate()
-    returncode = child.wait(timeout=30)
-    child.stdout.close()
-    if process_exists(pid):
-        os.kill(pid, signal.SIGKILL)
-        pytest.fail(f"server {pid} outlived its test process")
-    return pid, returncode
-
-
-def test_servers_are_stopped_at_interpreter_exit():
-    _, returncode = _run_child(
+def test_servers_are_stopped_at_interpreter_exit(run_server_child):
+    [_pid], returncode = run_server_child(
         """
         from tests.support.redis_servers import RedisServer
         print(RedisServer().start().pid, flush=True)
@@ -238,8 +218,8 @@ def test_servers_are_stopped_at_interpreter_exit():
     assert returncode == 0
 
 
-def test_servers_are_killed_when_the_test_process_is_terminated():
-    _, returncode = _run_child(
+def test_servers_are_killed_when_the_test_process_is_terminated(run_server_child):
+    [_pid], returncode = run_server_child(
         """
         import time
         from tests.support.redis_servers import RedisServer

@@ -1,10 +1,6 @@
 """The Sentinel, Cluster and replicated topologies of ``tests/support/topologies.py``."""
 
-import os
 import signal
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import redis
@@ -12,7 +8,6 @@ from redis.cluster import RedisCluster
 from redis.crc import key_slot
 from redis.sentinel import SentinelConnectionPool
 
-from tests.support import REPO_ROOT
 from tests.support.servers import process_exists
 from tests.support.topologies import (
     ClusterSetup,
@@ -293,42 +288,20 @@ def test_stop_leaves_no_process_and_no_directory_behind(make):
     assert not [directory for directory in directories if directory.exists()]
 
 
-def run_child(code: str, *, terminate: bool) -> tuple[list[int], int]:
-    """Run ``code`` in a child interpreter that prints its servers' PIDs on one line."""
-    child = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert child.stdout is not None
-    pids = [int(pid) for pid in child.stdout.readline().split()]
-    if terminate:
-        child.terminate()
-    returncode = child.wait(timeout=30)
-    child.stdout.close()
-    leaked = [pid for pid in pids if process_exists(pid)]
-    for pid in leaked:
-        os.kill(pid, signal.SIGKILL)
-    assert not leaked, f"servers {leaked} outlived their test process"
-    return pids, returncode
-
-
-def test_topologies_are_stopped_at_interpreter_exit():
-    pids, returncode = run_child(
+def test_topologies_are_stopped_at_interpreter_exit(run_server_child):
+    pids, returncode = run_server_child(
         """
         from tests.support.topologies import ReplicatedSetup, SentinelSetup
         setups = [ReplicatedSetup().start(), SentinelSetup().start()]
         print(*(pid for setup in setups for pid in setup.pids), flush=True)
-        """,
-        terminate=False,
+        """
     )
     assert returncode == 0
     assert len(pids) == 3 + 5
 
 
-def test_topologies_are_killed_when_the_test_process_is_terminated():
-    pids, returncode = run_child(
+def test_topologies_are_killed_when_the_test_process_is_terminated(run_server_child):
+    pids, returncode = run_server_child(
         """
         import time
         from tests.support.servers import install_termination_cleanup

@@ -215,16 +215,17 @@ class RedisServer(ServerProcess):
     def command_calls(self, command: str) -> int:
         """How often this server ran ``command`` (lower case) so far, scripts' calls
         included (``INFO commandstats``)."""
-        with self.client(socket_timeout=2) as client:
-            stats = client.info("commandstats")
-        return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+        return self._info_count("commandstats", f"cmdstat_{command}", "calls")
 
     def error_count(self, prefix: str) -> int:
         """How many error replies starting with ``prefix`` (``MOVED``, ``ASK``) this server
         gave so far (``INFO errorstats``)."""
+        return self._info_count("errorstats", f"errorstat_{prefix}", "count")
+
+    def _info_count(self, section: str, key: str, field: str) -> int:
         with self.client(socket_timeout=2) as client:
-            stats = client.info("errorstats")
-        return int(stats.get(f"errorstat_{prefix}", {}).get("count", 0))
+            stats = client.info(section)
+        return int(stats.get(key, {}).get(field, 0))
 
     def _choose_port(self) -> int:
         if self.mode == "cluster":
