@@ -50,7 +50,7 @@ def test_each_mode_records_acquire_extend_contended_release(mode, redis_client, 
     for row in rows:
         assert (row.host, row.pid, row.thread) == (HOSTNAME, os.getpid(), "MainThread")
         assert before <= row.at <= after
-        assert row.at.tzinfo is not None
+        assert row.at.tzinfo is dt.UTC
         assert row.user is None
     # Each took a round trip to Redis, within the test's own duration.
     assert 0 < acquired.waited_ms < elapsed_ms

@@ -20,9 +20,9 @@ from django.test import override_settings
 from django_distlock import distlock
 from django_distlock.lockedcommand import LockedCommand, LockedCommandMixin
 from django_distlock.models import HeldLock
+from tests.support import REPO_ROOT
 from tests.support.commands_app.management.commands import sync_catalog
 from tests.support.engine import (
-    REPO_ROOT,
     blocked_clients,
     held_until_a_waiter_blocks,
     lock_key,
@@ -273,7 +273,7 @@ def test_a_failing_handle_releases_the_lock_and_keeps_its_error(redis_client):
         _run(Failing())
     assert not redis_client.exists(lock_key("failing"))
     with distlock("failing") as lock:  # free again
-        assert lock.fence is not None
+        assert stored_lock(redis_client, "failing").token == lock.token
 
 
 def test_redis_down_is_a_command_error_naming_redis(dead_redis_url):

@@ -23,6 +23,7 @@ from tests.support.engine import (
     await_until,
     blocked_clients,
     close_backend,
+    deadline_of,
     keys_of,
     lock_key,
     script_calls,
@@ -58,11 +59,6 @@ def waiter(api: Api, lock: Lock, **kwargs: Any) -> Awaitable[tuple[bool, float, 
         return acquired, at, fence
 
     return asyncio.create_task(arun())
-
-
-def deadline_of(lock: Lock) -> float:
-    """The holder's own lease end, on the monotonic clock."""
-    return time.monotonic() + (lock.valid_until - time.time())
 
 
 async def test_a_waiter_is_woken_by_the_release_and_does_not_poll(api, make_backend, private_redis):

@@ -17,15 +17,12 @@ from tests.support.engine import (
     Recorder,
     await_until,
     blocked_clients,
+    deadline_of,
     lock_key,
     thread_future,
 )
 
 FAST = {"socket_timeout": 0.5, "socket_connect_timeout": 0.5}
-
-
-def deadline_of(lock: Lock) -> float:
-    return time.monotonic() + (lock.valid_until - time.time())
 
 
 async def test_release_on_a_dead_server_raises_and_the_holder_learns_it_lost(
@@ -185,6 +182,7 @@ async def test_holder_of_a_stalled_server_is_told_lost_by_its_lease_end(
     )
     lock = Lock("stalled", backend=backend, timeout=1.0)
     await api.acquire(lock)
+    fence = lock.fence
     lease_end = deadline_of(lock)
     private_redis.pause()
     try:
@@ -193,6 +191,7 @@ async def test_holder_of_a_stalled_server_is_told_lost_by_its_lease_end(
     finally:
         private_redis.resume()
     assert event is not None
+    assert (event.name, event.fence) == ("stalled", fence)
     assert told_at <= lease_end + 0.25
     assert lock.lost
 

@@ -161,7 +161,8 @@ def test_delay_holds_matching_chunks_and_keeps_the_order(private_redis, make_pro
     proxy.clear_delays()
     assert answered(other, resp("RPUSH", "list", "x")) == b":1\r\n"
     started = time.monotonic()
-    assert answered(sock, resp("BLPOP", "list", "1")) is not None  # returns at once
+    # Returns at once: [list, x].
+    assert answered(sock, resp("BLPOP", "list", "1")) == b"*2\r\n$4\r\nlist\r\n$1\r\nx\r\n"
     assert time.monotonic() - started < 0.2
     assert sends_command("BLPOP")(b"*2\r\n$4\r\nEVAL\r\n$12\r\nreturn BLPOP\r\n") is False
     sock.close()

@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -130,6 +131,12 @@ class StoredLock:
     acquired_at_us: int
     lease_ms: int
     owner: dict[str, Any]
+
+    @property
+    def lease_end_ms(self) -> int:
+        """When the lease ends, in epoch ms on the server clock: the lock's score in the
+        listing index (both come from one ``TIME`` in the acquire script)."""
+        return self.acquired_at_us // 1000 + self.lease_ms
 
 
 def stored_lock(client: redis.Redis, name: str, prefix: str = PREFIX) -> StoredLock | None:
@@ -307,6 +314,16 @@ def in_other_thread(func: Callable[..., Any], *args: Any) -> Any:
     """Run ``func`` in a fresh thread and return its result (or raise its exception)."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(func, *args).result(timeout=30)
+
+
+def python(code: str) -> list[str]:
+    """The command line that runs ``code`` (dedented) in this interpreter."""
+    return [sys.executable, "-c", textwrap.dedent(code)]
+
+
+def deadline_of(lock: Lock) -> float:
+    """The holder's own lease end, on the monotonic clock."""
+    return time.monotonic() + (lock.valid_until - time.time())
 
 
 def start_worker(*args: str) -> subprocess.Popen[str]:

@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import threading
 
 import pytest
@@ -23,10 +22,11 @@ from django.utils import timezone
 from django_distlock import distlock
 from django_distlock.models import HeldLock, LockEvent
 from django_distlock.supervisor import EXIT_BUSY, EXIT_LOST, EXIT_NOT_FOUND, EXIT_UNAVAILABLE
+from tests.support import REPO_ROOT
 from tests.support.engine import (
-    REPO_ROOT,
     held_until_a_waiter_blocks,
     lock_key,
+    python,
     stored_lock,
 )
 
@@ -53,10 +53,6 @@ def readline(stream: io.TextIOBase, timeout: float) -> str:
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=lambda: lines.put(stream.readline()), daemon=True).start()
     return lines.get(timeout=timeout)
-
-
-def python(code: str) -> list[str]:
-    return [sys.executable, "-c", textwrap.dedent(code)]
 
 
 # -- list -------------------------------------------------------------------------------
