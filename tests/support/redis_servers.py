@@ -242,39 +242,19 @@ class RedisServer(ServerProcess):
 
     def _command(self, port: int) -> list[str]:
         assert self._dir is not None
+        # Readiness is read from the log: keep it at notice level.
+        common = ["--bind", HOST, "--port", str(port), "--daemonize", "no", "--dir", str(self._dir)]
+        common += ["--loglevel", "notice"]
         if self.mode == "sentinel":
-            return [
-                self.binary,
-                str(self._dir / _SENTINEL_CONFIG),
-                "--sentinel",
-                "--bind",
-                HOST,
-                "--port",
-                str(port),
-                "--daemonize",
-                "no",
-                "--dir",
-                str(self._dir),
-                "--loglevel",
-                "notice",
-                *self.extra_args,
-            ]
+            config = str(self._dir / _SENTINEL_CONFIG)
+            return [self.binary, config, "--sentinel", *common, *self.extra_args]
         return [
             self.binary,
-            "--bind",
-            HOST,
-            "--port",
-            str(port),
+            *common,
             "--save",
             "",
             "--appendonly",
             "no",
-            "--daemonize",
-            "no",
-            "--dir",
-            str(self._dir),
-            "--loglevel",
-            "notice",
             # A replica's first sync starts at once instead of waiting 5 s for others.
             "--repl-diskless-sync-delay",
             "0",
