@@ -6,7 +6,7 @@ with ``DISTLOCK["EVENTS"] = "async"`` (the default) against ``"off"``.
 
 One process, one private server (``bench/server.py``), Django configured here with an
 SQLite file database (migrated at start), or with ``--database postgres`` a private
-PostgreSQL cluster (the suite's ``tests/postgres_servers.py``; not pinned). Rounds
+PostgreSQL cluster (the suite's ``tests/support/postgres_servers.py``; not pinned). Rounds
 alternate the two modes (the order rotating each round); a round is ``cycles`` x
 ``with distlock(name): pass``. An ``"async"`` round ends with ``flush_events()`` and its
 time counts in the round, so the writer's work is charged to the mode that caused it and
@@ -32,7 +32,7 @@ for path in (str(HERE), str(ROOT)):
     if path not in sys.path:
         sys.path.insert(0, path)
 
-from server import HOST, Server  # noqa: E402
+from server import bench_server  # noqa: E402
 from stats import median, percentile  # noqa: E402
 
 MODES = ("off", "async")
@@ -102,7 +102,7 @@ def main() -> int:
         choices=("sqlite", "postgres"),
         default="sqlite",
         help="an SQLite file (default), or a private PostgreSQL cluster started with "
-        "tests/postgres_servers.py (needs Debian's postgresql package)",
+        "tests/support/postgres_servers.py (needs Debian's postgresql package)",
     )
     parser.add_argument(
         "--pin",
@@ -115,9 +115,9 @@ def main() -> int:
     rounds, cycles = (6, 500) if args.quick else (args.rounds, args.cycles)
 
     with contextlib.ExitStack() as stack:
-        server = stack.enter_context(Server())
+        server = stack.enter_context(bench_server())
         if args.database == "postgres":
-            from tests.postgres_servers import PostgresServer
+            from tests.support.postgres_servers import PostgresServer
 
             database = stack.enter_context(PostgresServer()).settings("postgres")
         else:
@@ -128,7 +128,7 @@ def main() -> int:
         if pin != "none":
             os.sched_setaffinity(0, {cpus[0]})
             server.pin({cpus[1] if pin == "split" else cpus[0]})
-        configure_django(f"redis://{HOST}:{server.port}/0", database)
+        configure_django(server.url, database)
 
         from django_distlock import eventwriter
         from django_distlock.models import LockEvent

@@ -31,7 +31,7 @@ for path in (str(HERE), str(ROOT)):
         sys.path.insert(0, path)
 
 import redis  # noqa: E402
-from server import Server  # noqa: E402
+from server import bench_server  # noqa: E402
 from stats import fmt, percentile, table  # noqa: E402
 
 HELD = 10_000
@@ -153,9 +153,9 @@ def main() -> None:
     rounds = 20 if options.quick else 100
     scan_rounds = 2 if options.quick else 5
 
-    with Server() as server:
+    with bench_server() as server:
         client = redis.Redis(host="127.0.0.1", port=server.port)
-        configure_django(f"redis://127.0.0.1:{server.port}/0")
+        configure_django(server.url)
         fill_s = fill(client, options.unrelated)
         locks, names, hold_s = hold_locks(options.held)
         print(

@@ -27,8 +27,10 @@ for path in (str(HERE), str(ROOT)):
 
 import impls  # noqa: E402
 import redis  # noqa: E402
-from server import Server  # noqa: E402
+from server import bench_server  # noqa: E402
 from stats import fmt, table  # noqa: E402
+
+from tests.support.redis_servers import RedisServer  # noqa: E402
 
 ROWS = ("distlock", "redis-py", "python-redis-lock", "pottery")
 
@@ -47,7 +49,7 @@ def leftovers(client: redis.Redis) -> tuple[int, int | None, float | None]:
     return keys, client.memory_usage(sample), None if pttl < 0 else pttl / 1000
 
 
-def measure(server: Server, key: str, names: int, *, fence_memory: float | None = None):
+def measure(server: RedisServer, key: str, names: int, *, fence_memory: float | None = None):
     client = server.client()
     client.flushall()
     time.sleep(0.2)  # let the server settle its lazy-free of the previous row
@@ -92,7 +94,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="10,000 names per row")
     options = parser.parse_args()
     names = 10_000 if options.quick else 100_000
-    with Server() as server:
+    with bench_server() as server:
         rows = []
         for key in ROWS:
             r = measure(server, key, names)

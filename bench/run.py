@@ -23,15 +23,19 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-if str(HERE) not in sys.path:  # sibling modules, also when imported from elsewhere
-    sys.path.insert(0, str(HERE))
+ROOT = HERE.parent
+for path in (str(HERE), str(ROOT)):  # sibling modules and tests/, also when imported
+    if path not in sys.path:
+        sys.path.insert(0, path)
 
 import contended  # noqa: E402
 import crash  # noqa: E402
 import impls  # noqa: E402
 import uncontended  # noqa: E402
-from server import Server  # noqa: E402
+from server import bench_server  # noqa: E402
 from stats import fmt, table  # noqa: E402
+
+from tests.support.redis_servers import RedisServer  # noqa: E402
 
 UNCONTENDED = [
     "floor",
@@ -83,7 +87,7 @@ def engine_digest() -> str:
     return digest.hexdigest()[:12]
 
 
-def machine_info(server: Server) -> str:
+def machine_info(server: RedisServer) -> str:
     v = impls.versions()
     return "\n".join(
         [
@@ -115,7 +119,7 @@ class Report:
 
 
 def run_uncontended(
-    server: Server, report: Report, args: argparse.Namespace, checks: list[str]
+    server: RedisServer, report: Report, args: argparse.Namespace, checks: list[str]
 ) -> None:
     cpus = sorted(os.sched_getaffinity(0))
     pin = args.pin if len(cpus) >= 2 or args.pin != "split" else "same"
@@ -196,7 +200,7 @@ def run_uncontended(
 
 
 def run_contended(
-    ctx: Any, server: Server, report: Report, args: argparse.Namespace, checks: list[str]
+    ctx: Any, server: RedisServer, report: Report, args: argparse.Namespace, checks: list[str]
 ) -> None:
     runs: dict[str, list[contended.Run]] = {key: [] for key in CONTENDED}
     for r in range(args.contended_rounds):
@@ -333,7 +337,7 @@ def run_contended(
 
 
 def run_crash(
-    ctx: Any, server: Server, report: Report, args: argparse.Namespace, checks: list[str]
+    ctx: Any, server: RedisServer, report: Report, args: argparse.Namespace, checks: list[str]
 ) -> None:
     print(f"  crashed holder: {args.trials} trials x {len(CONTENDED)} implementations")
     results = crash.run(ctx, CONTENDED, server.port, trials=args.trials, lease=args.lease)
@@ -426,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
     digest = engine_digest()
     report = Report()
     checks: list[str] = []
-    with Server() as server:
+    with bench_server() as server:
         report.add(
             f"## django-distlock benchmark{' (--quick)' if quick else ''}\n\n"
             + machine_info(server)

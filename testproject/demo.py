@@ -132,7 +132,7 @@ def main() -> None:
         if os.environ.get("REDIS_URL"):
             redis_url_file.remove()  # only if a demo killed earlier left it behind
         else:
-            from tests.redis_servers import RedisServer
+            from tests.support.redis_servers import RedisServer
 
             say("Starting a private Redis...")
             server = RedisServer().start()

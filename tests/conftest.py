@@ -1,4 +1,8 @@
-"""Fixtures for real, private Redis servers, and Django's cache pointed at them.
+"""Fixtures of the whole suite: real, private Redis servers and topologies, Django's cache
+pointed at them, the check that no test leaves a lock held by nobody, and what several
+test packages share (proxies, forked children, events off, locks held for a test, a dead
+Redis URL). Fixtures of one package live in its own ``conftest.py``; plain helpers in
+``tests/support/``.
 
 The session server is started in ``pytest_configure``. pytest-django imports
 ``tests.settings`` earlier than that (while loading initial conftests), so the
@@ -8,6 +12,7 @@ subprocesses through ``DISTLOCK_TEST_REDIS_URL``, which ``tests.settings`` reads
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -17,10 +22,14 @@ import redis
 from django.conf import settings
 from django.test.utils import override_settings
 
-from tests.postgres_servers import django_db_modify_db_settings, postgres_server  # noqa: F401
-from tests.redis_servers import RedisServer, install_termination_cleanup
 from tests.settings import REDIS_URL_ENV_VAR
+from tests.support.events import events_mode
+from tests.support.forking import ForkedChild, fork_child
 from tests.support.hygiene import release_abandoned_holds
+from tests.support.postgres_servers import django_db_modify_db_settings, postgres_server  # noqa: F401
+from tests.support.proxy import TcpProxy
+from tests.support.redis_servers import RedisServer
+from tests.support.servers import install_termination_cleanup
 from tests.support.topologies import ClusterSetup, ReplicatedSetup, SentinelSetup
 
 _SESSION_SERVER = pytest.StashKey[RedisServer]()
@@ -164,3 +173,57 @@ def event_writer(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Any]
     yield install
     for writer in writers:
         writer.close(10)
+
+
+@pytest.fixture
+def make_proxy() -> Iterator[Callable[[RedisServer], TcpProxy]]:
+    """``make_proxy(server)``: a :class:`TcpProxy` in front of ``server``, closed after
+    the test."""
+    proxies: list[TcpProxy] = []
+
+    def make(server: RedisServer) -> TcpProxy:
+        proxy = TcpProxy("127.0.0.1", server.port)
+        proxies.append(proxy)
+        return proxy
+
+    yield make
+    for proxy in proxies:
+        proxy.close()
+
+
+@pytest.fixture
+def fork() -> Iterator[Callable[[Callable[[], Any]], ForkedChild[Any]]]:
+    """``fork(func)``: run ``func`` in a forked child (see ``tests.support.forking``);
+    children still running after the test are killed."""
+    children: list[ForkedChild[Any]] = []
+
+    def start(func: Callable[[], Any]) -> ForkedChild[Any]:
+        child = fork_child(func)
+        children.append(child)
+        return child
+
+    yield start
+    for child in children:
+        child.kill()
+
+
+@pytest.fixture
+def events_off() -> Iterator[None]:
+    """No lock events recorded during the test (``DISTLOCK["EVENTS"] = "off"``)."""
+    with events_mode("off"):
+        yield
+
+
+@pytest.fixture
+def hold() -> Iterator[contextlib.ExitStack]:
+    """``hold.enter_context(distlock(...))``: locks released at the end of the test."""
+    with contextlib.ExitStack() as stack:
+        yield stack
+
+
+@pytest.fixture
+def dead_redis_url(private_redis: RedisServer) -> str:
+    """The URL of a Redis server that was stopped: nothing answers there any more."""
+    url = private_redis.url
+    private_redis.stop()
+    return url

@@ -41,7 +41,7 @@ def install_project() -> None:
 
 
 def install_browser() -> None:
-    """The admin browser tests (``tests/test_admin_browser.py``) drive Debian's ``chromium``
+    """The admin browser tests (``tests/admin/test_browser.py``) drive Debian's ``chromium``
     through Playwright (never ``playwright install``): install it when ``/usr/bin/chromium``
     is missing and we are root."""
     if Path("/usr/bin/chromium").exists():
@@ -59,8 +59,9 @@ def install_browser() -> None:
 
 
 def install_postgresql() -> None:
-    """The fencing tests also run on a private PostgreSQL cluster (``tests/postgres_servers.py``):
-    install Debian's ``postgresql`` when its ``initdb`` is missing and we are root."""
+    """The fencing tests also run on a private PostgreSQL cluster
+    (``tests/support/postgres_servers.py``): install Debian's ``postgresql`` when its
+    ``initdb`` is missing and we are root."""
     if glob.glob("/usr/lib/postgresql/*/bin/initdb") or shutil.which("initdb"):
         return
     if os.geteuid() != 0 or shutil.which("apt-get") is None:

@@ -24,8 +24,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_distlock",
-    "tests.commands_app",
-    "tests.fencing_app",
+    "tests.support.commands_app",
+    "tests.support.fencing_app",
 ]
 
 MIDDLEWARE = [
@@ -54,7 +54,7 @@ TEMPLATES = [
     },
 ]
 
-# "pg" is a private PostgreSQL cluster that tests/postgres_servers.py starts, and points
+# "pg" is a private PostgreSQL cluster that tests/support/postgres_servers.py starts, and points
 # this alias at, when a collected test uses it; until then it is Django's dummy backend,
 # so nothing tries to reach a server the suite did not start.
 DATABASES = {

@@ -137,10 +137,13 @@ def test_another_django_redis_alias_is_fine(redis_server):
 @pytest.mark.parametrize(
     ("path", "message"),
     [
-        ("tests.view_urls.nowhere", "which cannot be imported"),
+        ("tests.support.view_urls.nowhere", "which cannot be imported"),
         ("no_such_module_distlock.on_busy", "which cannot be imported"),
-        ("tests.view_urls.not_callable_on_busy", "which is a str, not a callable"),
-        ("tests.view_urls.held_locks", "cannot be called as on_busy(request, name, retry_after)"),
+        ("tests.support.view_urls.not_callable_on_busy", "which is a str, not a callable"),
+        (
+            "tests.support.view_urls.held_locks",
+            "cannot be called as on_busy(request, name, retry_after)",
+        ),
     ],
 )
 def test_e004_view_on_busy_unusable(path, message):
@@ -153,7 +156,7 @@ def test_e004_view_on_busy_unusable(path, message):
 
 
 @pytest.mark.parametrize(
-    "path", ["tests.view_urls.settings_on_busy", "tests.view_urls.async_on_busy"]
+    "path", ["tests.support.view_urls.settings_on_busy", "tests.support.view_urls.async_on_busy"]
 )
 def test_usable_view_on_busy_passes(path):
     with override_settings(DISTLOCK={"VIEW_ON_BUSY": path}):
@@ -166,9 +169,12 @@ def test_usable_view_on_busy_passes(path):
 @pytest.mark.parametrize(
     ("path", "message"),
     [
-        ("tests.view_urls.nowhere", "which cannot be imported"),
-        ("tests.view_urls.not_callable_on_busy", "which is a str, not a callable"),
-        ("tests.view_urls.settings_on_busy", "cannot be called as on_unavailable(request, name)"),
+        ("tests.support.view_urls.nowhere", "which cannot be imported"),
+        ("tests.support.view_urls.not_callable_on_busy", "which is a str, not a callable"),
+        (
+            "tests.support.view_urls.settings_on_busy",
+            "cannot be called as on_unavailable(request, name)",
+        ),
     ],
 )
 def test_e005_view_on_unavailable_unusable(path, message):
@@ -180,7 +186,7 @@ def test_e005_view_on_unavailable_unusable(path, message):
 
 
 def test_usable_view_on_unavailable_passes():
-    with override_settings(DISTLOCK={"VIEW_ON_UNAVAILABLE": "tests.view_urls.maintenance"}):
+    with override_settings(DISTLOCK={"VIEW_ON_UNAVAILABLE": "tests.support.view_urls.maintenance"}):
         assert distlock_messages() == []
 
 

@@ -25,7 +25,8 @@ import pytest
 import redis
 
 from testproject import redis_url_file
-from tests.redis_servers import RedisServer, _free_port
+from tests.support.redis_servers import RedisServer
+from tests.support.servers import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -378,7 +379,7 @@ def test_demo_script_sets_up_and_serves_the_site(tmp_path: Path, stop: str) -> N
     admin password, the site served, everything stopped (and the URL file removed) on
     Ctrl-C, or on a plain ``kill`` of demo.py alone. (Run with the suite's ``.venv``, so
     it skips creating one.)"""
-    port = _free_port()
+    port = free_port()
     url_file = tmp_path / "redis" / "url"
     env = _env_without_redis_url(url_file, PORT=str(port), PYTHONUNBUFFERED="1")
     del env["DJANGO_SETTINGS_MODULE"]

@@ -1,4 +1,4 @@
-"""Every code example of README.md and docs/*.md runs here (see tests/docs_examples.py)."""
+"""Every code example of README.md and docs/*.md runs here (see tests/support/docs_examples.py)."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ import django_distlock.models
 import django_distlock.signals
 from django_distlock import LockError, distlock
 from django_distlock.signals import __all__ as signal_names
-from tests import docs_examples
-from tests.docs_examples import ROOT, markdown_files, parse, run_markdown
+from tests.support import REPO_ROOT, docs_examples
+from tests.support.docs_examples import markdown_files, parse, run_markdown
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -105,7 +105,7 @@ def reader_project(
 
 
 def _relative(path: Path) -> str:
-    return path.relative_to(ROOT).as_posix()
+    return path.relative_to(REPO_ROOT).as_posix()
 
 
 @pytest.mark.parametrize("path", markdown_files(), ids=_relative)
@@ -207,7 +207,7 @@ def test_links_between_docs_resolve() -> None:
     """Every relative link of the README and docs names a file that exists, and a heading
     of it when it has an ``#anchor``."""
     checked = 0
-    for path in [*markdown_files(), ROOT / "CHANGELOG.md", ROOT / "bench" / "README.md"]:
+    for path in [*markdown_files(), REPO_ROOT / "CHANGELOG.md", REPO_ROOT / "bench" / "README.md"]:
         text = path.read_text(encoding="utf-8")
         for target in re.findall(r"\]\(([^)\s]+)\)", text):
             if re.match(r"[a-z]+:", target):

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 
 import pytest
 from asgiref.sync import async_to_sync
 from django import forms
 from django.db import connections, transaction
-from django.test import override_settings
 
 from django_distlock import LockNotOwned, distlock
 from django_distlock.fencing import FencedQuerySet, FenceField, StaleFence
-from tests.fencing_app.models import Invoice, Note, TwoFences
+from tests.support.fencing_app.models import Invoice, Note, TwoFences
 
+pytestmark = pytest.mark.usefixtures("redis_client", "events_off")
 BOTH = pytest.mark.django_db(databases=["default", "pg"])
 
 
@@ -23,12 +22,6 @@ BOTH = pytest.mark.django_db(databases=["default", "pg"])
 def alias(request: pytest.FixtureRequest) -> str:
     """The database the test writes to: SQLite, then PostgreSQL."""
     return request.param
-
-
-@pytest.fixture(autouse=True)
-def _events_off(redis_client) -> Iterator[None]:
-    with override_settings(DISTLOCK={"EVENTS": "off"}):
-        yield
 
 
 def invoices(alias: str) -> FencedQuerySet:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import os
 import socket
@@ -13,7 +12,6 @@ from collections.abc import Iterator
 import pytest
 import redis
 from django.core.exceptions import FieldError
-from django.test import override_settings
 
 from django_distlock import LockLost, distlock
 from django_distlock.connections import get_backend
@@ -22,26 +20,14 @@ from django_distlock.engine.keys import index_key
 from django_distlock.heldlocks import HeldLockQuerySet
 from django_distlock.models import HeldLock
 from django_distlock.signals import lock_force_released
+from tests.support.engine import stored_lock
+from tests.support.events import events_mode
 
 PREFIX = "distlock:"
 INDEX = index_key(PREFIX)
 
 
-def distlock_settings(**options: object) -> override_settings:
-    return override_settings(DISTLOCK={"EVENTS": "off", **options})
-
-
-@pytest.fixture(autouse=True)
-def _events_off() -> Iterator[None]:
-    with distlock_settings():
-        yield
-
-
-@pytest.fixture
-def hold() -> Iterator[contextlib.ExitStack]:
-    """``hold.enter_context(distlock(...))``: locks released at the end of the test."""
-    with contextlib.ExitStack() as stack:
-        yield stack
+pytestmark = pytest.mark.usefixtures("events_off")
 
 
 def _names(queryset: object) -> list[str]:
@@ -76,7 +62,7 @@ def test_lists_held_locks_with_their_owner(redis_client, hold):
     assert invoice.lease == 20
     assert 15 < invoice.ttl <= 20
     assert invoice.auto_renew is True
-    assert invoice.acquired_at.tzinfo is not None
+    assert invoice.acquired_at.tzinfo is dt.UTC
     # Server clock and ours are the same machine's.
     slack = dt.timedelta(seconds=1)
     assert before - slack <= invoice.acquired_at <= after + slack
@@ -127,7 +113,7 @@ def test_odd_names_are_listed_and_matched_literally(redis_client, hold):
 
 def test_only_locks_under_the_configured_prefix_are_visible(redis_client, hold):
     hold.enter_context(distlock("mine"))
-    with distlock_settings(KEY_PREFIX="other-app:"):
+    with events_mode("off", KEY_PREFIX="other-app:"):
         hold.enter_context(distlock("theirs"))
     # A key that looks like a lock but lies outside the prefix, in another index.
     value = 'tok\n1\n1700000000000000\n30000\n{"host":"h","pid":1}'
@@ -139,7 +125,7 @@ def test_only_locks_under_the_configured_prefix_are_visible(redis_client, hold):
     assert HeldLock.objects.count() == 1
     with pytest.raises(HeldLock.DoesNotExist):
         HeldLock.objects.get(name="theirs")
-    with distlock_settings(KEY_PREFIX="other-app:"):
+    with events_mode("off", KEY_PREFIX="other-app:"):
         assert _names(HeldLock.objects.all()) == ["theirs"]
     assert redis_client.exists("cache:{decoy}", "distlockX:{decoy}") == 2
 
@@ -234,7 +220,7 @@ def test_descending_orders_are_exact_reverses_even_with_ties(redis_client, hold)
 @pytest.mark.parametrize("options", ["decode_responses=True", "protocol=3"])
 def test_clients_that_decode_or_speak_resp3(redis_server, redis_client, options):
     with (
-        distlock_settings(URL=f"{redis_server.url}?{options}"),
+        events_mode("off", URL=f"{redis_server.url}?{options}"),
         distlock("b🔒"),
         distlock("a", timeout=5),
         distlock("c") as c,
@@ -293,6 +279,7 @@ def test_querysets_are_lazy_and_cache_their_results(redis_client, hold):
 def test_expired_holders_disappear(redis_client, hold):
     crashed = distlock("crashed", timeout=0.2, auto_renew=False)
     assert crashed.acquire()  # never released, like a holder that died
+    crashed_until_ms = stored_lock(redis_client, "crashed").lease_end_ms
     hold.enter_context(distlock("alive"))
     # An entry left by a holder whose key has long expired.
     redis_client.zadd(INDEX, {"ancient": 1})
@@ -300,7 +287,7 @@ def test_expired_holders_disappear(redis_client, hold):
     while redis_client.exists("distlock:{crashed}") and time.monotonic() < deadline:
         time.sleep(0.01)
     assert not redis_client.exists("distlock:{crashed}")
-    assert redis_client.zscore(INDEX, "crashed") is not None  # left behind by the crash
+    assert redis_client.zscore(INDEX, "crashed") == crashed_until_ms  # left by the crash
 
     assert _names(HeldLock.objects.all()) == ["alive"]
     assert HeldLock.objects.count() == 1
@@ -342,7 +329,7 @@ def test_ten_thousand_locks_among_a_million_keys(private_redis):
     assert client.dbsize() == 1_000_000
     names = [f"tenant:{i % 7}:job:{i:05}" for i in range(10_000)]
     locks: list[Lock] = []
-    with distlock_settings(URL=server.url, TIMEOUT=120, AUTO_RENEW=False):
+    with events_mode("off", URL=server.url, TIMEOUT=120, AUTO_RENEW=False):
         for name in names:
             lock = distlock(name)
             assert lock.acquire(blocking=False)
@@ -478,7 +465,7 @@ def test_force_release_records_who_did_it(redis_client, django_user_model):
     from django_distlock.models import LockEvent
 
     operator = django_user_model.objects.create_user("operator")
-    with distlock_settings(EVENTS="sync"):
+    with events_mode("off", EVENTS="sync"):
         lock = distlock("job", raise_on_lost=False)
         lock.acquire()
         HeldLock.objects.get(name="job").release(force=True, by=operator)

@@ -1,13 +1,12 @@
 """``django_distlock.supervisor``: a program run under an engine lock, without Django
-(``tests/test_cli.py`` drives the same through ``manage.py distlock run``)."""
+(``tests/management/commands/test_distlock.py`` drives the same through
+``manage.py distlock run``)."""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
-import sys
-import textwrap
 import threading
 from collections.abc import Iterator
 
@@ -25,8 +24,9 @@ from django_distlock.supervisor import (
     exit_status,
     forward_signal,
 )
-from tests.engine.support import REPO_ROOT, lock_key, stored_lock, wait_until
-from tests.redis_servers import RedisServer
+from tests.support import REPO_ROOT
+from tests.support.engine import lock_key, python, stored_lock, wait_until
+from tests.support.redis_servers import RedisServer
 
 needs_posix = pytest.mark.skipif(os.name != "posix", reason="POSIX process groups")
 
@@ -39,10 +39,6 @@ def backend(redis_server: RedisServer, redis_client: redis.Redis) -> Iterator[Ba
     yield backend
     backend.close()
     client.close()
-
-
-def python(code: str) -> list[str]:
-    return [sys.executable, "-c", textwrap.dedent(code)]
 
 
 def run(lock: Lock, program: list[str], grace: float = 5) -> tuple[int, list[str]]:
@@ -178,10 +174,21 @@ def test_forward_signal_skips_signals_the_platform_cannot_send():
     assert child.sent == [signal.SIGTERM]
 
 
+class _ReapedChild:
+    """A program that exited and was reaped after the last look at it: its PID is gone."""
+
+    def __init__(self) -> None:
+        self.attempts: list[int] = []
+
+    def send_signal(self, signum: int) -> None:
+        self.attempts.append(signum)
+        raise ProcessLookupError(3, "No such process")
+
+
 def test_forward_signal_to_a_program_that_has_exited():
-    child = subprocess.Popen([sys.executable, "-c", "pass"])
-    child.wait()
-    forward_signal(child, signal.SIGTERM)  # no ProcessLookupError
+    child = _ReapedChild()
+    forward_signal(child, signal.SIGTERM)  # type: ignore[arg-type]
+    assert child.attempts == [signal.SIGTERM]  # tried, and the ProcessLookupError swallowed
 
 
 def _process_group_of_program(lock: Lock, tmp_path) -> tuple[int, int]:

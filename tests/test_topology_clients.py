@@ -22,16 +22,6 @@ from redis.sentinel import SentinelConnectionPool, SentinelManagedConnection
 SCRIPT = "redis.call('SET', KEYS[1], ARGV[1]); return redis.call('GET', KEYS[2])"
 
 
-def command_calls(server, command: str) -> int:
-    with server.client() as client:
-        return client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0)
-
-
-def error_count(server, prefix: str) -> int:
-    with server.client() as client:
-        return client.info("errorstats").get(f"errorstat_{prefix}", {}).get("count", 0)
-
-
 def other_primary(cluster, node):
     return next(primary for primary in cluster.primaries if primary is not node)
 
@@ -44,7 +34,7 @@ def test_cluster_evalsha_runs_on_the_primary_of_its_keys(cluster_setup):
         with primary.client() as direct:
             assert direct.script_exists(sha) == [True], "SCRIPT LOAD goes to every primary"
     owner = cluster.node_for_key("{evalsha}:a")
-    calls = {primary: command_calls(primary, "evalsha") for primary in cluster.primaries}
+    calls = {primary: primary.command_calls("evalsha") for primary in cluster.primaries}
     client.set("{evalsha}:b", "B")
 
     assert client.evalsha(sha, 2, "{evalsha}:a", "{evalsha}:b", "A") == b"B"
@@ -52,14 +42,14 @@ def test_cluster_evalsha_runs_on_the_primary_of_its_keys(cluster_setup):
 
     for primary in cluster.primaries:
         expected = calls[primary] + (2 if primary is owner else 0)
-        assert command_calls(primary, "evalsha") == expected
+        assert primary.command_calls("evalsha") == expected
     client.delete("{evalsha}:a", "{evalsha}:b")
 
 
 async def test_async_cluster_evalsha_runs_on_the_primary_of_its_keys(cluster_setup):
     cluster = cluster_setup
     owner = cluster.node_for_key("{aevalsha}:a")
-    before = command_calls(owner, "evalsha")
+    before = owner.command_calls("evalsha")
     client = redis.asyncio.cluster.RedisCluster(
         startup_nodes=[
             redis.asyncio.cluster.ClusterNode(node.host, node.port)
@@ -70,7 +60,7 @@ async def test_async_cluster_evalsha_runs_on_the_primary_of_its_keys(cluster_set
         sha = await client.script_load(SCRIPT)
         await client.set("{aevalsha}:b", "B")
         assert await client.evalsha(sha, 2, "{aevalsha}:a", "{aevalsha}:b", "A") == b"B"
-        assert command_calls(owner, "evalsha") == before + 1
+        assert owner.command_calls("evalsha") == before + 1
         await client.delete("{aevalsha}:a", "{aevalsha}:b")
     finally:
         await client.aclose()
@@ -93,9 +83,9 @@ def test_sync_cluster_client_follows_ask_and_moved_for_evalsha(private_cluster):
         client.evalsha(sha, 2, "{mig}:a", "{mig}:b", "A")
 
     migration.move_keys()
-    asking = command_calls(target, "asking")
+    asking = target.command_calls("asking")
     assert client.evalsha(sha, 2, "{mig}:a", "{mig}:b", "A1") == b"B"  # ASK
-    assert command_calls(target, "asking") == asking + 1
+    assert target.command_calls("asking") == asking + 1
     # While the slot is importing, a multi-key command with a key missing on the target
     # gets TRYAGAIN too (Redis and Valkey alike), even when it would create that key.
     with pytest.raises(ClusterError, match="TTL exhausted"):
@@ -145,7 +135,7 @@ async def test_async_cluster_client_loses_ask_redirects(private_cluster):
             if isinstance(orphan, redis.asyncio.cluster.ClusterNode):
                 await orphan.disconnect()
     assert bounced == "TTL exhausted."
-    assert error_count(target, "MOVED") >= 8
+    assert target.error_count("MOVED") >= 8
 
 
 def test_master_for_gives_a_sentinel_pool_whose_kwargs_open_connections_to_the_primary(

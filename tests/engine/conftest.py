@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from django_distlock.engine import Backend
-from tests.engine.support import (
+from tests.support.engine import (
     Api,
     AsyncApi,
     Recorder,
@@ -19,7 +19,7 @@ from tests.engine.support import (
     closed_port,
     sync_client,
 )
-from tests.redis_servers import RedisServer
+from tests.support.redis_servers import RedisServer
 
 BackendFactory = Callable[..., Backend]
 

@@ -12,7 +12,7 @@ from django_distlock.engine import Backend, Lock, LockBackendError, LockBackendU
 from django_distlock.engine.core import Call
 from django_distlock.engine.io import SyncDriver, completed
 from django_distlock.engine.scripts import TTL
-from tests.engine.support import (
+from tests.support.engine import (
     async_client,
     await_until,
     blocked_clients,

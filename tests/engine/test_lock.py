@@ -28,7 +28,7 @@ from django_distlock.engine import (
     LockNotAcquired,
     LockNotOwned,
 )
-from tests.engine.support import (
+from tests.support.engine import (
     PREFIX,
     blocked_clients,
     in_other_thread,
@@ -55,8 +55,9 @@ async def test_acquire_and_release(api, backend, redis_client):
     assert await api.acquire(lock) is True
     assert lock.held is True
     assert isinstance(lock.fence, int)
-    assert stored_lock(redis_client, "invoice:42").token == lock.token
-    assert redis_client.zscore(keys_of("invoice:42").index, "invoice:42") is not None
+    stored = stored_lock(redis_client, "invoice:42")
+    assert stored.token == lock.token
+    assert redis_client.zscore(keys_of("invoice:42").index, "invoice:42") == stored.lease_end_ms
 
     await api.release(lock)
     assert lock.held is False
@@ -880,7 +881,7 @@ def test_valid_names_round_trip_through_the_server(redis_server, name):
         assert lock.acquire(blocking=False) is True
         stored = stored_lock(client, name, "roundtrip:")
         assert stored.token == lock.token
-        assert client.zscore("roundtrip:index", name) is not None
+        assert client.zscore("roundtrip:index", name) == stored.lease_end_ms
         assert not Lock(name, backend=backend).acquire(blocking=False)
         lock.release()
         assert client.exists(lock_key(name, "roundtrip:")) == 0

@@ -14,14 +14,13 @@ import threading
 import pytest
 
 from django_distlock.engine import Lock, LockLost, LockNotOwned
-from tests.engine.support import await_until, lock_key, stored_lock
+from tests.support.engine import await_until, lock_key, stored_lock
 
 
 async def assert_caller_holds(lock, redis_client):
     assert lock.held is True
-    assert lock.fence is not None
-    assert lock.token is not None
-    assert stored_lock(redis_client, lock.name).token == lock.token
+    stored = stored_lock(redis_client, lock.name)
+    assert (stored.token, stored.fence) == (lock.token, lock.fence)
     await lock.arelease()
     assert redis_client.exists(lock_key(lock.name)) == 0
     assert lock.held is False
@@ -144,6 +143,8 @@ async def test_a_lock_object_dropped_while_held_is_released(backend, redis_clien
         await await_until(
             lambda: any("garbage-collected" in r.getMessage() for r in caplog.records)
         )
+    [message] = [r.getMessage() for r in caplog.records if "garbage-collected" in r.getMessage()]
+    assert "'dropped'" in message
 
 
 async def test_lost_and_its_reason_outlive_the_block_until_the_next_acquire(

@@ -18,7 +18,7 @@ import redis.asyncio
 
 from django_distlock.engine import Backend, Lock, LockLost, LockNotOwned
 from django_distlock.engine.scripts import RELEASE
-from tests.engine.support import (
+from tests.support.engine import (
     HOST,
     Recorder,
     async_client,
@@ -109,6 +109,7 @@ async def test_a_forgotten_lock_object_is_not_renewed_forever(api, backend, redi
     await api.acquire(lock)
     del lock
     gc.collect()
+    assert 0 < redis_client.pttl(lock_key("forgotten")) <= 300
     # Nobody can release it any more, so the lease is left to run out.
     await await_until(lambda: redis_client.exists(lock_key("forgotten")) == 0, within=2)
 

@@ -8,7 +8,7 @@ import contextlib
 import time
 
 from django_distlock.engine import Lock, LockError, LockNotOwned
-from tests.engine.support import Recorder, lock_key, wait_until
+from tests.support.engine import Recorder, lock_key, wait_until
 from tests.support.proxy import sends_command
 
 LEASE = 1.5

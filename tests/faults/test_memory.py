@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from django_distlock.engine import Lock
-from tests.engine.support import keys_of
+from tests.support.engine import keys_of, stored_lock
 
 NAMES = 2000
 LEASE = 10.0
@@ -34,7 +34,8 @@ async def test_an_expired_lock_leaves_the_listing_index_at_the_next_acquire(
     abandoned = Lock("abandoned", backend=backend, timeout=0.1, auto_renew=False)
     assert await api.acquire(abandoned, blocking=False)
     index = keys_of("abandoned").index
-    assert redis_client.zscore(index, "abandoned") is not None
+    lease_end_ms = stored_lock(redis_client, "abandoned").lease_end_ms
+    assert redis_client.zscore(index, "abandoned") == lease_end_ms
     await asyncio.sleep(0.2)
     assert redis_client.exists(keys_of("abandoned").lock) == 0  # expired, never released
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from django_distlock.engine import Lock
-from tests.engine.support import script_calls
+from tests.support.engine import script_calls
 
 TOO_LARGE = pytest.mark.parametrize("seconds", [1e16, 10**400], ids=["1e16", "10**400"])
 

@@ -10,7 +10,7 @@ import threading
 import time
 
 from django_distlock.engine import Lock, LockError
-from tests.engine.support import await_until, thread_future
+from tests.support.engine import await_until, thread_future
 from tests.support.proxy import sends_command
 
 BLPOP_DELAY = 0.05

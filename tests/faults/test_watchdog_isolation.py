@@ -9,7 +9,7 @@ import threading
 import time
 
 from django_distlock.engine import Lock
-from tests.engine.support import Recorder, lock_key, stored_lock
+from tests.support.engine import Recorder, lock_key, stored_lock
 
 
 def lease_end(lock: Lock) -> float:

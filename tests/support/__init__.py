@@ -1,5 +1,18 @@
-"""Django-free support code for the tests: a TCP proxy that stalls, cuts or delays
-connections (:mod:`tests.support.proxy`), a runner for functions in forked children
-(:mod:`tests.support.forking`) and whole Sentinel, Cluster and replicated topologies
-(:mod:`tests.support.topologies`). Single servers and replicas are
-``tests.redis_servers.RedisServer``."""
+"""Support code for the tests; no test module lives here.
+
+Django-free, also used by ``bench/`` and the demo: private Redis and PostgreSQL servers
+on one process harness (:mod:`.servers`, :mod:`.redis_servers`,
+:mod:`.postgres_servers`), whole Sentinel, Cluster and replicated topologies
+(:mod:`.topologies`), a TCP proxy that stalls, cuts or delays connections
+(:mod:`.proxy`) and a runner for functions in forked children (:mod:`.forking`).
+
+For the tests only: helpers to drive and inspect the engine (:mod:`.engine`, with the
+worker processes of :mod:`.workers`), the check that no test leaves a lock held by
+nobody (:mod:`.hygiene`), guarded views (:mod:`.view_urls`), the runner of the docs'
+examples (:mod:`.docs_examples`), the browser fixtures (:mod:`.browser`) and two Django
+apps the tests install (``commands_app``, ``fencing_app``).
+"""
+
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]

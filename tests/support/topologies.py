@@ -1,7 +1,7 @@
 """Real Redis topologies for the test suite: a primary with replicas, Sentinel, Cluster.
 
-Every process is a :class:`tests.redis_servers.RedisServer` started from the suite's
-one server binary (:func:`tests.redis_servers.find_server_binary`) on free loopback
+Every process is a :class:`tests.support.redis_servers.RedisServer` started from the suite's
+one server binary (:func:`tests.support.redis_servers.find_server_binary`) on free loopback
 ports, so the usual guarantees hold: nothing talks to a server we did not start, and
 whatever is still running at interpreter exit (or on SIGTERM, with
 ``install_termination_cleanup()``) is stopped. Every wait is bounded and fails with a
@@ -35,7 +35,8 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 from redis.sentinel import Sentinel
 
-from tests.redis_servers import HOST, RedisServer, RedisServerError, find_server_binary, stop_all
+from tests.support.redis_servers import RedisServer, RedisServerError, find_server_binary
+from tests.support.servers import HOST, stop_all
 
 __all__ = [
     "ClusterSetup",

@@ -1,0 +1,1 @@
+"""Tests of django_distlock.admin: the held-locks and lock-events admins."""

@@ -1,0 +1,242 @@
+"""The admin in real headless Chromium (Debian's ``/usr/bin/chromium`` via Playwright).
+
+Screenshots go to ``test-artifacts/`` at the repository root.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.urls import reverse
+from playwright.sync_api import Page, expect
+
+from django_distlock import distlock
+from tests.support.browser import (  # noqa: F401 (fixtures)
+    ADMIN_USERNAME,
+    admin_page_fixture,
+    admin_user_fixture,
+    browser_context_fixture,
+    browser_fixture,
+    is_png,
+    lock_holder_fixture,
+    page_fixture,
+    playwright_instance_fixture,
+    save_screenshot,
+)
+
+
+def test_login_through_the_admin_form_in_chromium(admin_page: Page, live_server: Any) -> None:
+    """The browser logs in through the real login form and lands on the admin index."""
+    assert admin_page.url == f"{live_server.url}/admin/"
+    assert admin_page.locator("#user-tools").inner_text().upper().startswith("WELCOME")
+    path = save_screenshot(admin_page, "admin-index.png")
+    assert is_png(path)
+
+
+def test_lock_holder_subprocess_holds_the_lock(lock_holder: Any, redis_client: Any) -> None:
+    """The other-process holder really holds the lock, without renewal (its TTL is
+    below the lease)."""
+    from django_distlock.models import HeldLock
+
+    holder = lock_holder("browser:probe", timeout=60)
+    held = HeldLock.objects.get(name="browser:probe")
+    assert held.pid == holder.process.pid
+    assert 0 < held.ttl <= 60
+
+
+LOCK_NAME = "browser:invoice:42"
+
+
+def heldlocks_url(live_server: Any) -> str:
+    """The held-locks changelist on the live server."""
+    return f"{live_server.url}{reverse('admin:django_distlock_heldlock_changelist')}"
+
+
+def lockevents_url(live_server: Any) -> str:
+    """The lock-events changelist on the live server."""
+    return f"{live_server.url}{reverse('admin:django_distlock_lockevent_changelist')}"
+
+
+def ttl_seconds(page: Page) -> int:
+    """The TTL cell of the lock's row, as the page's countdown shows it (``"117s"``)."""
+    row = page.locator("#heldlocks tbody tr", has_text=LOCK_NAME)
+    text = row.locator("td.ttl").inner_text()
+    assert text.endswith("s"), text
+    return int(text.removesuffix("s"))
+
+
+def ttl_countdown(page: Page) -> tuple[int, int]:
+    """The TTL cell read twice, 1.5 s apart, with no auto-refresh in between (a marker on
+    ``window`` proves the page was not reloaded, so the decrease is the page's own
+    countdown, not a fresher server value); retried when a reload fell in between."""
+    for _attempt in range(3):
+        page.evaluate("window.__distlockCountdown = true")
+        first = ttl_seconds(page)
+        page.wait_for_timeout(1500)
+        second = ttl_seconds(page)
+        if page.evaluate("window.__distlockCountdown === true"):
+            return first, second
+        page.wait_for_load_state()
+    raise AssertionError("the page reloaded during every countdown measurement")
+
+
+def test_force_release_a_lock_held_by_another_process(
+    admin_page: Page, live_server: Any, lock_holder: Any, settings: Any
+) -> None:
+    """The whole operator story: a lock held by another process shows up, its TTL counts
+    down in the page, its detail page shows it, force release goes through the
+    confirmation page, the lock is gone and the event is in the history."""
+    from django_distlock.models import HeldLock, LockEvent
+
+    settings.DISTLOCK = {"EVENTS": "sync"}  # global: the live server thread sees it too
+    holder = lock_holder(LOCK_NAME, timeout=120, context="browser-context")
+    page = admin_page
+
+    # It appears on the held-locks page, with its owner process.
+    page.goto(heldlocks_url(live_server))
+    row = page.locator("#heldlocks tbody tr", has_text=LOCK_NAME)
+    expect(row).to_have_count(1)
+    expect(row.locator("td.owner")).to_contain_text(str(holder.process.pid))
+    expect(row.locator("td.context")).to_have_text("browser-context")
+    expect(row.locator("td.fence")).to_have_text(str(holder.fence))
+
+    # Its TTL counts down in the page itself (no renewal: the holder has auto-renew off).
+    first, second = ttl_countdown(page)
+    assert 100 < first <= 120
+    assert second < first
+    path = save_screenshot(page, "admin-heldlocks.png")
+    assert is_png(path)
+
+    # Its detail page.
+    with page.expect_navigation():
+        row.locator("th.lock-name a").click()
+    expect(page.locator("h1.lock-name")).to_have_text(LOCK_NAME)
+    detail = page.locator("#heldlock-detail")
+    expect(detail).to_contain_text(str(holder.process.pid))
+    expect(detail).to_contain_text("browser-context")
+    token = HeldLock.objects.get(name=LOCK_NAME).token
+    expect(detail.locator("code")).to_have_text(token)
+
+    # Force release: the button leads to a confirmation page (GET changes nothing)...
+    with page.expect_navigation():
+        page.click("#force-release-button")
+    expect(page.locator("#force-release-list")).to_contain_text(LOCK_NAME)
+    expect(page.locator("#force-release-list td.lock-state")).to_have_text("still held")
+    assert HeldLock.objects.filter(name=LOCK_NAME).exists()
+    # ... and confirming POSTs the release.
+    with page.expect_navigation():
+        page.click("#confirm-force-release")
+    assert page.url.startswith(heldlocks_url(live_server))
+    success = page.locator("ul.messagelist li.success")
+    expect(success).to_contain_text(f"Force-released lock “{LOCK_NAME}”")
+    expect(page.locator("#heldlocks tbody tr", has_text=LOCK_NAME)).to_have_count(0)
+    expect(page.locator("#heldlocks tbody")).to_contain_text("No lock is held.")
+    assert not HeldLock.objects.filter(name=LOCK_NAME).exists()
+
+    # The history shows the force_released event, with the operator.
+    event = LockEvent.objects.get(name=LOCK_NAME, kind=LockEvent.Kind.FORCE_RELEASED)
+    assert event.user is not None
+    assert event.user.username == ADMIN_USERNAME
+    page.goto(lockevents_url(live_server))
+    event_row = page.locator("#result_list tbody tr", has_text=LOCK_NAME)
+    expect(event_row).to_have_count(1)
+    expect(event_row.locator("td.field-kind")).to_have_text("force released")
+    expect(event_row.locator("td.field-user")).to_have_text(ADMIN_USERNAME)
+    expect(page.locator("#distlock-events-summary svg")).to_have_count(1)
+    path = save_screenshot(page, "admin-lockevents.png")
+    assert is_png(path)
+
+
+def test_auto_refresh_reloads_the_page_until_paused(
+    admin_page: Page, live_server: Any, lock_holder: Any
+) -> None:
+    """The held-locks page reloads itself every 5 s; paused, it stays put (a marker set
+    on ``window`` survives past the interval), and the pause sticks across reloads."""
+    lock_holder(LOCK_NAME, timeout=120)
+    page = admin_page
+    page.goto(heldlocks_url(live_server))
+    expect(page.locator("#refresh-state")).to_have_text("Refreshing every 5 seconds.")
+
+    # Running: the marker is wiped by the automatic reload.
+    page.evaluate("window.__distlockMarker = 'still here'")
+    page.wait_for_function("window.__distlockMarker === undefined", timeout=8000)
+
+    # Paused: no reload for well past the interval.
+    page.click("#toggle-refresh")
+    expect(page.locator("#refresh-state")).to_have_text("Auto-refresh paused.")
+    expect(page.locator("#toggle-refresh")).to_have_text("Resume auto-refresh")
+    page.evaluate("window.__distlockMarker = 'still here'")
+    first = ttl_seconds(page)
+    page.wait_for_timeout(5500)  # the reload timer (every 5 s) has fired at least once
+    assert page.evaluate("window.__distlockMarker") == "still here"
+    # The countdown keeps running while paused.
+    assert ttl_seconds(page) <= first - 4
+
+    # The pause is remembered across a (manual) reload.
+    page.reload()
+    expect(page.locator("#refresh-state")).to_have_text("Auto-refresh paused.")
+    page.evaluate("window.__distlockMarker = 'still here'")
+
+    # Resumed: reloads again.
+    page.click("#toggle-refresh")
+    expect(page.locator("#refresh-state")).to_have_text("Refreshing every 5 seconds.")
+    page.wait_for_function("window.__distlockMarker === undefined", timeout=8000)
+
+
+HOSTILE_NAME = '<img src=x onerror="window.__distlockXss=1;alert(1)">*[a-z]?'
+
+
+def test_hostile_lock_name_is_shown_as_text_never_run(
+    admin_page: Page, live_server: Any, lock_holder: Any
+) -> None:
+    """A lock name made of HTML and glob characters is displayed literally on the
+    changelist, in the search and on the detail page; its script never runs."""
+    dialogs: list[str] = []
+    admin_page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+    lock_holder(HOSTILE_NAME, timeout=120)
+    lock_holder("browser:innocent", timeout=120)
+    page = admin_page
+    page.goto(heldlocks_url(live_server))
+    expect(page.locator("#heldlocks th.lock-name a", has_text=HOSTILE_NAME)).to_have_count(1)
+    assert page.locator("#heldlocks img[src=x]").count() == 0
+
+    # Searching for the glob/HTML characters matches them literally.
+    page.fill("#searchbar", "*[a-z]?")
+    with page.expect_navigation():
+        page.press("#searchbar", "Enter")
+    expect(page.locator("#heldlocks tbody tr")).to_have_count(1)
+    expect(page.locator("#heldlocks th.lock-name")).to_have_text(HOSTILE_NAME)
+
+    with page.expect_navigation():
+        page.locator("#heldlocks th.lock-name a").click()
+    expect(page.locator("h1.lock-name")).to_have_text(HOSTILE_NAME)
+    page.wait_for_timeout(300)
+    assert page.evaluate("window.__distlockXss") is None
+    assert page.locator("img[src=x]").count() == 0
+    assert dialogs == []
+
+
+def test_a_renewing_lock_counts_down_the_way_its_watchdog_renews(
+    admin_page: Page, live_server: Any, redis_client: Any
+) -> None:
+    """An auto-renewed lock's TTL follows its watchdog (a renewal at every third of the
+    lease) between page loads: with a 3 s lease it stays between 2 and 3 s and is never
+    shown as expiring, where a plain countdown would reach a red "0s"."""
+    page = admin_page
+    with distlock("browser:renewing", timeout=3, auto_renew=True) as lock:
+        page.goto(heldlocks_url(live_server))
+        page.click("#toggle-refresh")  # paused: only the page's own countdown runs
+        try:
+            cell = page.locator("#heldlocks tbody tr", has_text="browser:renewing").locator(
+                "td.ttl"
+            )
+            shown = []
+            for _second in range(5):
+                page.wait_for_timeout(1000)
+                shown.append(int(cell.inner_text().removesuffix("s")))
+                assert "expiring" not in (cell.get_attribute("class") or "")
+            assert min(shown) >= 2, shown
+            assert not lock.lost
+        finally:
+            page.click("#toggle-refresh")
+    expect(page.locator("#refresh-state")).to_have_text("Refreshing every 5 seconds.")

@@ -1,1 +1,0 @@
-"""Example ``LockedCommand`` subclasses used by tests/test_commands.py."""

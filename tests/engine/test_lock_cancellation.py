@@ -1,0 +1,146 @@
+"""Cancelling asyncio tasks in the middle of lock operations: no lock is left held by
+nobody-who-knows, other waiters are not left stuck, cancelled tasks stay cancelled."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+
+import pytest
+
+from django_distlock.engine import Lock
+from tests.support.engine import await_until, blocked_clients, keys_of, lock_key, stored_lock
+
+
+async def cancel_and_wait(task: asyncio.Task) -> None:
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert task.cancelled()
+
+
+@pytest.mark.parametrize("fair", [False, True], ids=["unfair", "fair"])
+async def test_cancelling_a_waiter_leaves_the_others_waiting_properly(backend, redis_client, fair):
+    holder = Lock("cancel", backend=backend, fair=fair, timeout=30)
+    await holder.aacquire()
+    first = Lock("cancel", backend=backend, fair=fair)
+    second = Lock("cancel", backend=backend, fair=fair)
+    first_task = asyncio.create_task(first.aacquire(blocking_timeout=30))
+    await await_until(lambda: blocked_clients(redis_client) == 1)
+    second_task = asyncio.create_task(second.aacquire(blocking_timeout=30))
+    await await_until(lambda: blocked_clients(redis_client) == 2)
+
+    await cancel_and_wait(first_task)
+    assert first.held is False
+    assert stored_lock(redis_client, "cancel").token == holder.token
+    if fair:
+        assert redis_client.llen(keys_of("cancel").queue) == 1
+
+    released_at = time.monotonic()
+    await holder.arelease()
+    assert await asyncio.wait_for(second_task, 5)
+    # Well under the 1 s a waiter sleeps when a wake-up was lost.
+    assert time.monotonic() - released_at < 0.3
+
+
+async def test_a_cancelled_release_still_releases(backend, redis_client):
+    cancelled_in_flight = 0
+    for delay in (1, 1, 2, 2, 3):
+        lock = Lock("cancel", backend=backend)
+        await lock.aacquire()
+        task = asyncio.create_task(lock.arelease())
+        for _ in range(delay):  # let it start and send the release
+            await asyncio.sleep(0)
+        if task.cancel():
+            cancelled_in_flight += 1
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert task.cancelled()  # and it stays cancelled
+        else:
+            await task
+        assert redis_client.exists(lock_key("cancel")) == 0
+        assert lock.held is False
+        assert lock.token is None
+    assert cancelled_in_flight > 0
+    # Nothing left behind: the next one gets it at once.
+    assert await Lock("cancel", backend=backend).aacquire(blocking=False)
+
+
+async def test_a_cancelled_async_with_exit_still_releases(backend, redis_client):
+    lock = Lock("cancel", backend=backend)
+    entered = asyncio.Event()
+
+    async def body():
+        async with lock:
+            entered.set()
+            await asyncio.sleep(30)
+
+    task = asyncio.create_task(body())
+    await entered.wait()
+    await cancel_and_wait(task)
+    assert redis_client.exists(lock_key("cancel")) == 0
+
+
+async def test_cancelling_an_acquire_in_flight_never_leaves_an_orphan_lock(backend, redis_client):
+    """Cancel at random points of an uncontended acquire: either the task got the lock and
+    knows it, or nobody holds it."""
+    rng = random.Random(1234)
+    outcomes = {"cancelled": 0, "acquired": 0}
+    for _ in range(150):
+        lock = Lock("inflight", backend=backend, auto_renew=False, timeout=30)
+
+        async def attempt(lock=lock):
+            assert await lock.aacquire()
+            return lock.token
+
+        task = asyncio.create_task(attempt())
+        if rng.random() < 0.5:
+            for _ in range(rng.randrange(6)):
+                await asyncio.sleep(0)
+        else:
+            await asyncio.sleep(rng.uniform(0, 0.0015))
+        task.cancel()
+        try:
+            token = await task
+        except asyncio.CancelledError:
+            assert task.cancelled()
+            outcomes["cancelled"] += 1
+            assert redis_client.exists(lock_key("inflight")) == 0
+        else:
+            outcomes["acquired"] += 1
+            assert stored_lock(redis_client, "inflight").token == token
+            redis_client.delete(lock_key("inflight"))
+    assert outcomes["cancelled"] > 0
+
+
+@pytest.mark.parametrize("fair", [False, True], ids=["unfair", "fair"])
+async def test_cancelling_a_waiter_as_it_is_woken_does_not_strand_the_next(
+    backend, redis_client, fair
+):
+    """Cancel the first waiter at random moments around the holder's release: whether
+    or not it consumed the wake-up, the second waiter gets the lock promptly."""
+    rng = random.Random(99)
+    for _ in range(20):
+        holder = Lock("handoff", backend=backend, fair=fair, timeout=30)
+        first = Lock("handoff", backend=backend, fair=fair, timeout=30)
+        second = Lock("handoff", backend=backend, fair=fair, timeout=30)
+        await holder.aacquire()
+
+        async def take_and_give_back(lock):
+            assert await lock.aacquire(blocking_timeout=10)
+            await lock.arelease()
+
+        first_task = asyncio.create_task(take_and_give_back(first))
+        await await_until(lambda: blocked_clients(redis_client) == 1)
+        second_task = asyncio.create_task(take_and_give_back(second))
+        await await_until(lambda: blocked_clients(redis_client) == 2)
+
+        await holder.arelease()
+        released_at = time.monotonic()
+        await asyncio.sleep(rng.uniform(0, 0.002))
+        first_task.cancel()
+        await asyncio.gather(first_task, return_exceptions=True)
+        await asyncio.wait_for(second_task, 5)
+        assert time.monotonic() - released_at < 0.5
+        assert redis_client.exists(lock_key("handoff")) == 0

@@ -1,0 +1,1 @@
+"""Example ``LockedCommand`` subclasses used by tests/test_lockedcommand.py."""

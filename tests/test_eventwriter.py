@@ -1,0 +1,307 @@
+"""``django_distlock.eventwriter``: the async writer's buffer, thread and flushes, database
+outages, process exit and fork, and its hourly prune."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from django.db import connection, transaction
+from django.utils import timezone
+
+from django_distlock import distlock, eventwriter
+from django_distlock.events import flush_events
+from django_distlock.models import LockEvent
+from tests.support import REPO_ROOT
+from tests.support.events import events_mode, kinds
+
+# -- the async writer ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def writes(monkeypatch):
+    """A ``threading.Event`` set each time the async writer has written a batch."""
+    written = threading.Event()
+    real = eventwriter.write_in_batches
+
+    def write_in_batches(items, batch_size):
+        result = real(items, batch_size)
+        written.set()
+        return result
+
+    monkeypatch.setattr(eventwriter, "write_in_batches", write_in_batches)
+    return written
+
+
+@pytest.mark.django_db(transaction=True)
+def test_async_writer_flushes_when_flush_size_events_are_buffered(
+    redis_client, event_writer, writes
+):
+    event_writer(flush_size=4)  # and a one-hour interval
+    with events_mode("async"):
+        with distlock("size"):
+            pass
+        assert not writes.is_set()
+        with distlock("size"):
+            pass
+        assert writes.wait(10)
+    assert kinds("size") == ["acquired", "released"] * 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_async_writer_flushes_on_its_interval(redis_client, event_writer, writes):
+    event_writer(interval=0.2, flush_size=1000)
+    with events_mode("async"), distlock("interval"):
+        pass
+    assert writes.wait(10)
+    assert kinds("interval") == ["acquired", "released"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_flush_events_writes_the_buffer_now(redis_client, event_writer):
+    event_writer()  # flushes only when told
+    with events_mode("async"), distlock("told"):
+        pass
+    assert kinds("told") == []
+    flush_events()
+    assert kinds("told") == ["acquired", "released"]
+
+
+def test_flush_events_without_a_writer_returns_at_once_and_starts_nothing(monkeypatch):
+    monkeypatch.setattr(eventwriter, "_writer", None)
+    writer_threads = {t for t in threading.enumerate() if t.name == "distlock-events"}
+    started = time.monotonic()
+    flush_events(timeout=5)
+    assert time.monotonic() - started < 1  # did not wait for its timeout
+    assert eventwriter.current_writer() is None
+    assert {t for t in threading.enumerate() if t.name == "distlock-events"} <= writer_threads
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_full_buffer_drops_events_and_counts_them(redis_client, event_writer, caplog):
+    writer = event_writer(capacity=5)
+    with caplog.at_level(logging.WARNING, logger="django_distlock.events"):
+        with events_mode("async"):
+            for _ in range(10):
+                with distlock("burst"):
+                    pass
+        assert writer.dropped_total == 15
+        flush_events()
+    assert len(kinds("burst")) == 5
+    [record] = [r for r in caplog.records if "dropped" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    assert "15 events were dropped" in record.getMessage()
+
+
+def test_the_child_of_a_fork_starts_with_an_empty_writer(monkeypatch):
+    monkeypatch.setattr(eventwriter, "_writer", eventwriter.BufferedEventWriter())
+    eventwriter._forget_writer_after_fork()
+    assert eventwriter.current_writer() is None
+
+
+# -- outages -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def missing_table(transactional_db):
+    """The LockEvent table is dropped for the test (a database that lost it)."""
+    with connection.schema_editor() as editor:
+        editor.delete_model(LockEvent)
+    yield
+    with connection.schema_editor() as editor:
+        editor.create_model(LockEvent)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_database_outage_loses_events_but_never_breaks_locks(
+    redis_client, event_writer, missing_table, caplog
+):
+    writer = event_writer()
+    with caplog.at_level(logging.WARNING, logger="django_distlock.events"):
+        with events_mode("async"):
+            for _ in range(3):
+                with distlock("outage") as lock:
+                    assert lock.owned()  # Redis says so: the outage is the database's
+        flush_events()
+    assert writer.failed_total == 6
+    [record] = [r for r in caplog.records if "could not record" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    assert "could not record 6 lock event(s)" in record.getMessage()
+    assert "lockevent" in record.getMessage()  # the database's error names the table
+    # The writer keeps going once the database is back.
+    with connection.schema_editor() as editor:
+        editor.create_model(LockEvent)
+    with events_mode("async"), distlock("outage"):
+        pass
+    flush_events()
+    assert kinds("outage") == ["acquired", "released"]
+    with connection.schema_editor() as editor:
+        editor.delete_model(LockEvent)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_sync_mode_outage_is_logged_and_leaves_the_callers_transaction_usable(
+    redis_client, missing_table, caplog, monkeypatch, django_user_model
+):
+    monkeypatch.setattr(eventwriter, "_sync_losses", eventwriter.LossReport())
+    with (
+        caplog.at_level(logging.WARNING, logger="django_distlock.events"),
+        events_mode("sync"),
+        transaction.atomic(),
+    ):
+        django_user_model.objects.create_user("alice")
+        with distlock("outage") as lock:
+            assert lock.owned()
+        # A failed insert in our savepoint does not poison the caller's transaction.
+        assert django_user_model.objects.count() == 1
+    assert django_user_model.objects.filter(username="alice").exists()
+    [record] = [r for r in caplog.records if "could not record" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    assert "could not record 1 lock event(s)" in record.getMessage()
+
+
+def test_sync_mode_without_database_access_still_locks(redis_client, caplog, monkeypatch):
+    monkeypatch.setattr(eventwriter, "_sync_losses", eventwriter.LossReport())
+    with (
+        caplog.at_level(logging.WARNING, logger="django_distlock.events"),
+        events_mode("sync"),
+        distlock("no-db") as lock,
+    ):
+        assert lock.owned()
+    assert "Database access not allowed" in caplog.text
+
+
+# -- process exit and fork -----------------------------------------------------------------
+
+
+CHILD_SETUP = """
+import os, sys
+import django
+from django.conf import settings
+
+settings.configure(
+    INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_distlock"],
+    DATABASES={"default": {
+        "ENGINE": "django.db.backends.sqlite3", "NAME": sys.argv[1], "OPTIONS": {"timeout": 60},
+    }},
+    DISTLOCK={"URL": os.environ["DISTLOCK_TEST_REDIS_URL"], "EVENTS": "async"},
+    USE_TZ=True,
+    DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
+)
+django.setup()
+from django.core.management import call_command
+call_command("migrate", verbosity=0)
+from django_distlock import distlock, events, eventwriter
+eventwriter.FLUSH_INTERVAL = 3600.0  # nothing is written before the process ends
+"""
+
+
+def _run_child(script: str, database: Path, **options) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", CHILD_SETUP + script, str(database)],
+        cwd=REPO_ROOT,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        **options,
+    )
+
+
+def _stored(database: Path) -> list[tuple[str, str]]:
+    with contextlib.closing(sqlite3.connect(database)) as db:
+        return db.execute("SELECT name, kind FROM django_distlock_lockevent ORDER BY id").fetchall()
+
+
+def test_events_are_written_at_process_exit(tmp_path, redis_client):
+    database = tmp_path / "events.sqlite3"
+    child = _run_child('with distlock("exit"):\n    pass\n', database)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    assert _stored(database) == [("exit", "acquired"), ("exit", "released")]
+
+
+def test_exit_is_prompt_when_the_database_hangs(tmp_path, redis_client):
+    database = tmp_path / "events.sqlite3"
+    script = """
+eventwriter.EXIT_TIMEOUT = 0.5
+print("migrated", flush=True)
+sys.stdin.readline()
+with distlock("exit:hung"):
+    pass
+"""
+    child = _run_child(script, database, stdin=subprocess.PIPE)
+    try:
+        assert child.stdout.readline() == "migrated\n"
+        # The child's insert now waits up to its 60 s busy timeout.
+        with contextlib.closing(sqlite3.connect(database, isolation_level=None)) as blocker:
+            blocker.execute("BEGIN EXCLUSIVE")
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            _, err = child.communicate(timeout=30)
+            blocker.execute("ROLLBACK")
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+    assert child.returncode == 0, err
+    assert "gave up waiting 0.5 s for the lock event writer" in err
+    assert _stored(database) == []
+
+
+def test_a_forked_child_writes_its_own_events_and_not_its_parents(tmp_path, redis_client):
+    database = tmp_path / "events.sqlite3"
+    script = """
+import multiprocessing
+
+with distlock("fork:parent"):
+    pass  # buffered in the parent when it forks
+
+def child():
+    with distlock("fork:child"):
+        pass  # written by the child's own writer as it exits (os._exit)
+
+process = multiprocessing.get_context("fork").Process(target=child)
+process.start()
+process.join(30)
+assert process.exitcode == 0, process.exitcode
+events.flush_events()
+"""
+    child = _run_child(script, database)
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    assert sorted(_stored(database)) == [
+        ("fork:child", "acquired"),
+        ("fork:child", "released"),
+        ("fork:parent", "acquired"),
+        ("fork:parent", "released"),
+    ]
+
+
+# -- pruning -------------------------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_async_writer_prunes_past_the_retention_at_most_hourly(redis_client, event_writer):
+    now = timezone.now()
+    LockEvent.objects.create(name="old", kind="acquired", at=now - dt.timedelta(hours=2))
+    LockEvent.objects.create(name="recent", kind="acquired", at=now - dt.timedelta(minutes=30))
+    event_writer()
+    with events_mode("async", EVENT_RETENTION=3600):
+        with distlock("fresh"):
+            pass
+        flush_events()
+        assert set(LockEvent.objects.values_list("name", flat=True)) == {"recent", "fresh"}
+
+        LockEvent.objects.create(name="old again", kind="acquired", at=now - dt.timedelta(hours=2))
+        with distlock("fresh"):
+            pass
+        flush_events()
+        assert LockEvent.objects.filter(name="old again").exists()  # pruned an hour later
