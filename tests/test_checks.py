@@ -12,6 +12,7 @@ from django.test import override_settings
 
 from django_distlock import distlock
 from django_distlock.checks import check_eviction_policy, check_redis_answers, check_settings
+from tests.support.engine import lock_key
 
 LOCMEM = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
@@ -270,10 +271,10 @@ def test_an_evicting_cache_server_drops_a_held_lock_and_w002_says_so(redis_serve
         assert first.acquire()
         page = b"x" * 10_000
         for batch in range(400):  # at most 40 MB: 20 times maxmemory
-            if not client.exists("distlock:{invoice:42}"):
+            if not client.exists(lock_key("invoice:42")):
                 break
             cache.set_many({f"page:{batch}:{number}": page for number in range(10)})
-        assert not client.exists("distlock:{invoice:42}")
+        assert not client.exists(lock_key("invoice:42"))
         second = distlock("invoice:42", blocking=False)
         assert second.acquire()
         assert (first.held, second.held) == (True, True)  # two owners at once

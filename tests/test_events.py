@@ -21,6 +21,7 @@ from django_distlock.engine.core import HOSTNAME
 from django_distlock.events import flush_events, prune_events, record_force_release
 from django_distlock.models import HeldLock, LockEvent
 from django_distlock.signals import lock_lost
+from tests.support.engine import lock_key
 from tests.support.events import events_mode, kinds
 
 # -- what each mode records ------------------------------------------------------------
@@ -77,7 +78,7 @@ def test_each_mode_records_a_lost_lock(mode, redis_client, event_writer):
             lock = distlock("short", timeout=0.6)  # renewed every 0.2 s
             assert lock.acquire()
             fence = lock.fence
-            redis_client.delete("distlock:{short}")
+            redis_client.delete(lock_key("short"))
             assert lost.wait(10)
             with pytest.raises(LockLost):
                 lock.release()

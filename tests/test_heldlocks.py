@@ -16,15 +16,18 @@ from django.core.exceptions import FieldError
 from django_distlock import LockLost, distlock
 from django_distlock.connections import get_backend
 from django_distlock.engine import Lock, Tuning
-from django_distlock.engine.keys import index_key
 from django_distlock.heldlocks import HeldLockQuerySet
 from django_distlock.models import HeldLock
 from django_distlock.signals import lock_force_released
-from tests.support.engine import stored_lock
+from tests.support.engine import keys_of, lock_key, stored_lock
 from tests.support.events import events_mode
 
 PREFIX = "distlock:"
-INDEX = index_key(PREFIX)
+
+
+def index_of(name: str) -> str:
+    """The listing index of the bucket ``name`` lives in."""
+    return keys_of(name).index
 
 
 pytestmark = pytest.mark.usefixtures("events_off")
@@ -204,8 +207,9 @@ def test_ordering(redis_client, hold):
 def test_descending_orders_are_exact_reverses_even_with_ties(redis_client, hold):
     for name in ("b", "a", "d", "c"):
         hold.enter_context(distlock(name, timeout=30))
-    end = int(redis_client.zscore(INDEX, "a"))
-    redis_client.zadd(INDEX, {"a": end, "b": end, "c": end + 5000, "d": end + 5000}, xx=True)
+    end = int(redis_client.zscore(index_of("a"), "a"))
+    for name, score in {"a": end, "b": end, "c": end + 5000, "d": end + 5000}.items():
+        redis_client.zadd(index_of(name), {name: score}, xx=True)
 
     assert _names(HeldLock.objects.order_by("ttl")) == ["a", "b", "c", "d"]
     assert _names(HeldLock.objects.order_by("-ttl")) == ["d", "c", "b", "a"]
@@ -282,16 +286,18 @@ def test_expired_holders_disappear(redis_client, hold):
     crashed_until_ms = stored_lock(redis_client, "crashed").lease_end_ms
     hold.enter_context(distlock("alive"))
     # An entry left by a holder whose key has long expired.
-    redis_client.zadd(INDEX, {"ancient": 1})
+    redis_client.zadd(index_of("ancient"), {"ancient": 1})
     deadline = time.monotonic() + 5
-    while redis_client.exists("distlock:{crashed}") and time.monotonic() < deadline:
+    while redis_client.exists(lock_key("crashed")) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert not redis_client.exists("distlock:{crashed}")
-    assert redis_client.zscore(INDEX, "crashed") == crashed_until_ms  # left by the crash
+    assert not redis_client.exists(lock_key("crashed"))
+    assert redis_client.zscore(index_of("crashed"), "crashed") == crashed_until_ms  # left
 
     assert _names(HeldLock.objects.all()) == ["alive"]
     assert HeldLock.objects.count() == 1
-    assert redis_client.zrange(INDEX, 0, -1) == [b"alive"]  # pruned by the listing
+    assert redis_client.zrange(index_of("alive"), 0, -1) == [b"alive"]
+    for gone in ("ancient", "crashed"):  # pruned by the listing
+        assert redis_client.zscore(index_of(gone), gone) is None
 
 
 def test_lock_gone_between_index_and_values_is_skipped(redis_client, hold):
@@ -299,7 +305,7 @@ def test_lock_gone_between_index_and_values_is_skipped(redis_client, hold):
         hold.enter_context(distlock(name, raise_on_lost=False))
     # The key of "b" vanishes without its index entry (evicted, or deleted by hand): the
     # window a release that lands between the two reads of a listing also opens.
-    redis_client.delete("distlock:{b}")
+    redis_client.delete(lock_key("b"))
 
     assert _names(HeldLock.objects.all()) == ["a", "c"]
     assert _names(HeldLock.objects.all()[:2]) == ["a"]  # the page is short, not shifted
@@ -393,7 +399,7 @@ def force_releases() -> Iterator[list[dict[str, object]]]:
 def _wait_until_parked(client: redis.Redis, name: str) -> None:
     """Until a blocking acquirer of ``name`` has told Redis it waits."""
     deadline = time.monotonic() + 5
-    while not client.exists(f"distlock:{{{name}}}:waiters"):
+    while not client.exists(keys_of(name).waiters):
         assert time.monotonic() < deadline, "the waiter never started waiting"
         time.sleep(0.005)
 
@@ -443,7 +449,7 @@ def test_force_released_holder_learns_it_through_its_watchdog(redis_client):
     with pytest.raises(LockLost):
         holder()
     assert seen == [True]
-    assert not redis_client.exists("distlock:{job}")
+    assert not redis_client.exists(lock_key("job"))
 
 
 def test_force_release_leaves_a_lock_that_changed_hands(redis_client, hold, force_releases):
@@ -473,6 +479,6 @@ def test_force_release_records_who_did_it(redis_client, django_user_model):
     assert event.name == "job"
     assert event.user == operator
     assert event.fence == lock.fence
-    assert not redis_client.exists("distlock:{job}")
+    assert not redis_client.exists(lock_key("job"))
     with pytest.raises(LockLost):
         lock.release()

@@ -11,7 +11,7 @@ from django.test import override_settings
 
 from django_distlock import LockBackendUnavailable, LockNotAcquired, distlock
 from django_distlock.connections import get_backend
-from tests.support.engine import stored_lock
+from tests.support.engine import keys_of, lock_key, stored_lock
 
 
 def _cache(location: str, **options: object) -> dict[str, object]:
@@ -27,9 +27,9 @@ def _cache(location: str, **options: object) -> dict[str, object]:
 def test_zero_configuration_uses_the_default_django_redis_cache(redis_client):
     with distlock("invoice:42") as lock:
         assert stored_lock(redis_client, "invoice:42").fence == lock.fence
-        assert redis_client.exists("distlock:{invoice:42}")
-        assert redis_client.pttl("distlock:{invoice:42}") > 29_000  # default TIMEOUT 30 s
-    assert not redis_client.exists("distlock:{invoice:42}")
+        assert redis_client.exists(lock_key("invoice:42"))
+        assert redis_client.pttl(lock_key("invoice:42")) > 29_000  # default TIMEOUT 30 s
+    assert not redis_client.exists(lock_key("invoice:42"))
 
 
 def test_sync_locks_share_the_django_redis_client(redis_client):
@@ -41,9 +41,9 @@ def test_sync_locks_share_the_django_redis_client(redis_client):
 async def test_async_lock_uses_the_same_redis(redis_client):
     async with distlock("invoice:43") as lock:
         assert stored_lock(redis_client, "invoice:43").fence == lock.fence
-        assert redis_client.exists("distlock:{invoice:43}")
+        assert redis_client.exists(lock_key("invoice:43"))
         assert await lock.aowned()
-    assert not redis_client.exists("distlock:{invoice:43}")
+    assert not redis_client.exists(lock_key("invoice:43"))
 
 
 def test_settings_changes_apply_to_existing_decorated_functions(redis_client):
@@ -51,18 +51,15 @@ def test_settings_changes_apply_to_existing_decorated_functions(redis_client):
 
     @distlock("report:{day}")
     def build_report(day: str) -> None:
-        seen.append(sorted(k for k in redis_client.keys("*") if b"{report:" in k))
+        seen.append(sorted(k for k in redis_client.keys("*") if b":report:" in k))
 
     build_report("mon")
     with override_settings(DISTLOCK={"EVENTS": "off", "KEY_PREFIX": "other:", "TIMEOUT": 5}):
         build_report("tue")
-    assert seen[0] == [b"distlock:{report:mon}", b"distlock:{report:mon}:fence"]
+    mon, tue = keys_of("report:mon"), keys_of("report:tue", prefix="other:")
+    assert seen[0] == sorted([mon.lock.encode(), mon.fence.encode()])
     # The first lock's fence counter outlives its release, by design.
-    assert seen[1] == [
-        b"distlock:{report:mon}:fence",
-        b"other:{report:tue}",
-        b"other:{report:tue}:fence",
-    ]
+    assert seen[1] == sorted([mon.fence.encode(), tue.lock.encode(), tue.fence.encode()])
 
 
 def test_timeout_and_auto_renew_defaults_come_from_settings(redis_client):
@@ -70,28 +67,28 @@ def test_timeout_and_auto_renew_defaults_come_from_settings(redis_client):
         override_settings(DISTLOCK={"EVENTS": "off", "TIMEOUT": 5, "AUTO_RENEW": False}),
         distlock("t") as lock,
     ):
-        pttl = redis_client.pttl("distlock:{t}")
+        pttl = redis_client.pttl(lock_key("t"))
         assert 4_000 < pttl <= 5_000
-        owner = redis_client.get("distlock:{t}").split(b"\n", 4)[4]
+        owner = redis_client.get(lock_key("t")).split(b"\n", 4)[4]
         assert b'"auto_renew":false' in owner
         assert 4 < lock.valid_until - time.time() <= 5
 
 
 def test_explicit_arguments_beat_settings(redis_client):
     with override_settings(DISTLOCK={"EVENTS": "off", "TIMEOUT": 5}), distlock("t", timeout=60):
-        assert redis_client.pttl("distlock:{t}") > 59_000
+        assert redis_client.pttl(lock_key("t")) > 59_000
 
 
 def test_url_setting_overrides_the_cache(redis_client, private_redis):
     other = private_redis.client()
     with override_settings(DISTLOCK={"EVENTS": "off", "URL": private_redis.url}):
         with distlock("elsewhere"):
-            assert other.exists("distlock:{elsewhere}")
-            assert not redis_client.exists("distlock:{elsewhere}")
+            assert other.exists(lock_key("elsewhere"))
+            assert not redis_client.exists(lock_key("elsewhere"))
 
         async def use_async() -> bool:
             async with distlock("elsewhere-async"):
-                return bool(other.exists("distlock:{elsewhere-async}"))
+                return bool(other.exists(lock_key("elsewhere-async")))
 
         assert asyncio.run(use_async())
 

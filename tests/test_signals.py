@@ -26,6 +26,7 @@ from django_distlock.signals import (
     lock_lost,
     lock_released,
 )
+from tests.support.engine import lock_key
 from tests.support.events import events_mode
 
 LOCK_SIGNALS = (lock_acquired, lock_released, lock_extended, lock_contended, lock_lost)
@@ -107,7 +108,7 @@ def test_lock_lost_is_sent_from_the_watchdog(redis_client):
         try:
             lock = distlock("short", timeout=0.6)
             assert lock.acquire()
-            redis_client.delete("distlock:{short}")
+            redis_client.delete(lock_key("short"))
             assert lost.wait(10)
             with pytest.raises(LockLost):
                 lock.release()

@@ -21,14 +21,14 @@ from django_distlock.views import (
     lock_view,
 )
 from tests.support import view_urls
-from tests.support.engine import blocked_clients, wait_until
+from tests.support.engine import blocked_clients, keys_of, lock_key, wait_until
 from tests.support.view_urls import FLAVOUR_IDS, FLAVOURS, assert_locked_response
 
 pytestmark = [pytest.mark.urls("tests.support.view_urls"), pytest.mark.usefixtures("redis_client")]
 
 
 def lock_key_exists(redis_client, name: str) -> bool:
-    return bool(redis_client.exists(f"distlock:{{{name}}}"))
+    return bool(redis_client.exists(lock_key(name)))
 
 
 def assert_released(redis_client, name: str) -> None:
@@ -242,7 +242,7 @@ def test_mixin_options_reach_the_lock(rf, redis_client):
         lock_auto_renew = False
 
         def get(self, request):
-            return HttpResponse(str(redis_client.pttl("distlock:{opts}")))
+            return HttpResponse(str(redis_client.pttl(lock_key("opts"))))
 
     response = Options.as_view()(rf.get("/"))
     assert 6_000 < int(response.content) <= 7_000
@@ -293,4 +293,4 @@ async def test_the_view_sees_its_held_lock_as_request_distlock(async_client, red
     body = response.json()
     assert body["name"] == "invoice:42"
     assert body["owned"] is True
-    assert body["fence"] == int(redis_client.get("distlock:{invoice:42}:fence"))
+    assert body["fence"] == int(redis_client.get(keys_of("invoice:42").fence))

@@ -204,13 +204,13 @@ class LockKeys:
     Every key names its kind before the lock's name, so no name can be mistaken for
     another key's ("a:fence" is ``PREFIX{bb}:lock:a:fence``, never the fence of "a"),
     and the only braces in a key are the bucket's tag (the prefix may hold none), so the
-    tag is always the first ``{...}`` Redis Cluster hashes.
+    tag is always the first ``{...}`` Redis Cluster hashes, whatever braces a name holds.
 
     >>> keys = LockKeys.for_name("distlock:", "invoice:42")
     >>> keys.lock, keys.index
-    ('distlock:{9c}:lock:invoice:42', 'distlock:{9c}:index')
+    ('distlock:{ee}:lock:invoice:42', 'distlock:{ee}:index')
     >>> keys.wake("0123456789abcdef")
-    'distlock:{9c}:wake:0123456789abcdef:invoice:42'
+    'distlock:{ee}:wake:0123456789abcdef:invoice:42'
     """
 
     lock: str

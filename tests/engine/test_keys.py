@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import math
+import zlib
 
 import pytest
 from hypothesis import given
@@ -11,7 +13,9 @@ from redis.crc import key_slot
 
 from django_distlock.engine import MAX_NAME_LENGTH, MAX_SECONDS, LockKeys, validate_name
 from django_distlock.engine.keys import (
+    BUCKETS,
     MAX_CONTEXT_LENGTH,
+    bucket_of,
     clean_label,
     index_key,
     validate_context,
@@ -37,8 +41,8 @@ def slot(key: str) -> int:
 
 
 def per_lock_keys(keys: LockKeys) -> list[str]:
-    """Every key of one lock except the shared listing index, with a sample wake list."""
-    return [key for key in keys.all() if key != keys.index] + [keys.wake("0123456789abcdef")]
+    """Every key of one lock except its bucket's listing index, with a sample wake list."""
+    return [key for key in keys.all("0123456789abcdef") if key != keys.index]
 
 
 # -- names ------------------------------------------------------------------------------
@@ -309,59 +313,76 @@ def test_every_cleaned_label_is_a_valid_context(text):
 
 def test_key_layout_of_a_plain_name():
     keys = LockKeys.for_name("app:", "invoice:42")
-    assert keys.lock == "app:{invoice:42}"
-    assert keys.index == index_key("app:") == "app:index"
-    assert len(set(keys.all())) == len(keys.all()) == 8
-    for key in per_lock_keys(keys):
-        assert key.startswith(keys.lock)
-    assert keys.all()[0] == keys.lock  # KEYS[1] of every script is the lock itself
+    tag = f"{{{bucket_of('invoice:42'):02x}}}"
+    assert keys.lock == f"app:{tag}:lock:invoice:42"
+    assert keys.fence == f"app:{tag}:fence:invoice:42"
+    assert keys.index == index_key("app:", bucket_of("invoice:42")) == f"app:{tag}:index"
+    assert keys.wake("0123456789abcdef") == f"app:{tag}:wake:0123456789abcdef:invoice:42"
+    waiter_keys = keys.all("0123456789abcdef")
+    assert len(set(waiter_keys)) == len(waiter_keys) == 8
+    assert waiter_keys[0] == keys.lock  # KEYS[1] of every script is the lock itself
+    assert keys.all()[6] == keys.signal  # no waiter: KEYS[7] is the shared list
+
+
+def test_a_name_is_in_a_stable_bucket():
+    """The bucket is part of where a lock lives: it must never depend on the process
+    (Python's hash() is salted per process) or change between versions."""
+    assert [bucket_of(name) for name in ("a", "invoice:42", "ü", EMOJI)] == [
+        zlib.crc32(name.encode()) % BUCKETS for name in ("a", "invoice:42", "ü", EMOJI)
+    ]
+    assert bucket_of("invoice:42") == 0xEE  # pinned: a changed hash moves every lock
+
+
+def test_buckets_spread_over_the_cluster_slots_and_names_over_buckets():
+    slots = {slot(index_key("distlock:", bucket)) for bucket in range(BUCKETS)}
+    assert len(slots) == BUCKETS  # every bucket a slot of its own
+    counts = collections.Counter(bucket_of(f"invoice:{i}") for i in range(BUCKETS * 40))
+    assert len(counts) == BUCKETS
+    assert max(counts.values()) < 3 * 40  # no bucket takes a crowd
 
 
 @given(valid_names, st.sampled_from(["distlock:", "p:", "my app/locks%:"]))
 def test_every_key_lives_under_the_prefix(name, prefix):
     keys = LockKeys.for_name(prefix, name)
-    for key in (*keys.all(), keys.wake("w")):
+    for key in (*keys.all("0123456789abcdef"), keys.signal):
         assert key.startswith(prefix)
 
 
 @given(st.one_of(valid_names, tricky_names))
-def test_all_keys_of_one_lock_share_one_cluster_slot(name):
+def test_all_keys_of_one_lock_and_its_index_share_one_cluster_slot(name):
     keys = LockKeys.for_name("distlock:", name)
-    slots = {slot(key) for key in per_lock_keys(keys)}
-    assert len(slots) == 1
+    assert {slot(key) for key in keys.all("0123456789abcdef")} == {slot(keys.index)}
 
 
 @pytest.mark.parametrize(
     "name",
-    ["{", "}", "{}", "}{", "a{b}c", "%", "%7B", "%7D", "%25", "{x", f"{EMOJI}{{{EMOJI}}}"],
+    ["{", "}", "{}", "}{", "a{b}c", "%", "%7B", "{x", f"{EMOJI}{{{EMOJI}}}", "{{ab}}"],
 )
-def test_braces_and_percent_signs_cannot_break_the_hash_tag(name):
+def test_braces_in_a_name_cannot_move_its_keys_to_another_slot(name):
+    """The bucket's tag comes first in every key (the prefix may hold no brace), so it is
+    the tag Redis Cluster hashes, whatever braces the name holds."""
     keys = LockKeys.for_name("distlock:", name)
-    # The hash tag is exactly the whole (escaped) name, so the slot is that of the name.
-    tag = keys.lock[len("distlock:{") : -1]
-    assert "{" not in tag
-    assert "}" not in tag
-    assert {slot(key) for key in per_lock_keys(keys)} == {key_slot(tag.encode())}
+    tag = f"{bucket_of(name):02x}"
+    assert keys.lock.startswith(f"distlock:{{{tag}}}:")
+    assert {slot(key) for key in keys.all("0123456789abcdef")} == {key_slot(tag.encode())}
 
 
 @given(st.one_of(valid_names, tricky_names), st.one_of(valid_names, tricky_names))
-def test_different_names_share_no_key_but_the_index(first, second):
+def test_different_names_share_no_key_but_a_bucket_index(first, second):
     if first == second:
         return
     a = LockKeys.for_name("distlock:", first)
     b = LockKeys.for_name("distlock:", second)
     assert set(per_lock_keys(a)) & set(per_lock_keys(b)) == set()
-    assert a.index == b.index
+    assert (a.index == b.index) == (bucket_of(first) == bucket_of(second))
 
 
-def test_escapes_do_not_collide_with_their_spelled_out_form():
-    names = ["{", "%7B", "}", "%7D", "%", "%25", "%257B"]
-    locks = {LockKeys.for_name("distlock:", name).lock for name in names}
-    assert len(locks) == len(names)
-
-
-def test_a_lock_named_index_does_not_collide_with_the_index():
-    keys = LockKeys.for_name("distlock:", "index")
-    assert keys.lock == "distlock:{index}"
-    assert keys.index == "distlock:index"
-    assert keys.index not in per_lock_keys(keys)
+def test_a_name_never_reads_as_another_key_of_a_lock():
+    """The kind comes before the name: "a:fence" is a lock of its own, not the fence
+    counter of "a", and "index" is not the index."""
+    a, a_fence = LockKeys.for_name("p:", "a"), LockKeys.for_name("p:", "a:fence")
+    assert a_fence.lock != a.fence
+    assert a_fence.lock.endswith(":lock:a:fence")
+    index = LockKeys.for_name("p:", "index")
+    assert index.lock.endswith(":lock:index")
+    assert index.lock != index.index

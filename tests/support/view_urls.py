@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import redis
+from asgiref.sync import sync_to_async
 from django.contrib.auth.models import Group
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.urls import path
@@ -18,43 +18,24 @@ from django.utils.decorators import method_decorator
 from django.views import View
 
 from django_distlock.connections import get_backend
-from django_distlock.engine import LockKeys
-from django_distlock.engine.keys import index_key
+from django_distlock.engine import LockBackendUnavailable, LockKeys
+from django_distlock.engine.listing import Listing
 from django_distlock.views import LockViewMixin, lock_view
 
 busy_calls: list[tuple[str, str, float | None]] = []
 
 
-def _contexts(names: list[bytes], values: list[bytes | None]) -> dict[str, str]:
-    held = {}
-    for name, value in zip(names, values, strict=True):
-        if value is not None:
-            held[name.decode()] = json.loads(value.decode().split("\n", 4)[4])["context"]
-    return held
-
-
 def held_locks() -> dict[str, str] | None:
     """The locks held right now, name -> context label (None when Redis is down)."""
-    backend = get_backend()
-    client = backend.client
     try:
-        names = client.zrange(index_key(backend.prefix), 0, -1)
-        keys = [LockKeys.for_name(backend.prefix, n.decode()).lock for n in names]
-        return _contexts(names, client.mget(keys) if keys else [])
-    except redis.RedisError:
+        return {record.name: record.context for record in Listing(get_backend()).records()}
+    except LockBackendUnavailable:
         return None
 
 
 async def aheld_locks() -> dict[str, str] | None:
-    """Async twin of :func:`held_locks`."""
-    backend = get_backend()
-    client = backend.async_client()
-    try:
-        names = await client.zrange(index_key(backend.prefix), 0, -1)
-        keys = [LockKeys.for_name(backend.prefix, n.decode()).lock for n in names]
-        return _contexts(names, await client.mget(keys) if keys else [])
-    except redis.RedisError:
-        return None
+    """Async twin of :func:`held_locks` (the listing is sync: run it off the loop)."""
+    return await sync_to_async(held_locks, thread_sensitive=False)()
 
 
 def _held(**extra: Any) -> JsonResponse:
@@ -262,9 +243,7 @@ def writing(request: HttpRequest, invoice_id: int) -> HttpResponse:
 
 @lock_view("invoice:{invoice_id}", auto_renew=False)
 async def alosing(request: HttpRequest, invoice_id: int) -> HttpResponse:
-    backend = get_backend()
-    key = LockKeys.for_name(backend.prefix, f"invoice:{invoice_id}").lock
-    await backend.async_client().delete(key)
+    await sync_to_async(_steal, thread_sensitive=False)(invoice_id)
     return HttpResponse("done")
 
 

@@ -244,8 +244,9 @@ def test_release_does_not_touch_a_lock_that_changed_hands(redis_client, monkeypa
 
 UNDER_THE_LOCK = """
     import os, sys, redis
+    from django_distlock.engine.keys import lock_key
     client = redis.Redis.from_url(os.environ["DISTLOCK_TEST_REDIS_URL"])
-    value = client.get("distlock:{" + os.environ["DISTLOCK_NAME"] + "}")
+    value = client.get(lock_key("distlock:", os.environ["DISTLOCK_NAME"]))
     held = value is not None and value.split(b"\\n")[1].decode() == os.environ["DISTLOCK_FENCE"]
     client.close()
     sys.exit(int(sys.argv[1]) if held else 99)
@@ -365,7 +366,7 @@ def test_run_stops_the_program_when_the_lock_is_lost(redis_client, tmp_path):
         import os, signal, time, redis
         signal.signal(signal.SIGTERM, lambda *a: open({str(marker)!r}, "w").close())
         client = redis.Redis.from_url(os.environ["DISTLOCK_TEST_REDIS_URL"])
-        client.delete("distlock:{{lost-job}}")
+        client.delete({lock_key("lost-job")!r})
         client.close()
         time.sleep(60)
     """
