@@ -46,6 +46,7 @@ DEFAULT_COLOURS: dict[str, str] = {
     "contended": "#f08c00",
     "lost": "#e03131",
     "force_released": "#7048e8",
+    "not_replicated": "#862e9c",
 }
 FALLBACK_COLOURS: tuple[str, ...] = ("#495057", "#c2255c", "#5c940d", "#1098ad", "#e8590c")
 

@@ -52,6 +52,7 @@ _SIGNALS: dict[str, Signal] = {
     "extended": signals.lock_extended,
     "contended": signals.lock_contended,
     "lost": signals.lock_lost,
+    "not_replicated": signals.lock_not_replicated,
 }
 
 _WRITERS: dict[str, Callable[[Item], None]] = {"async": write_later, "sync": write_now}

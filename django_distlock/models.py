@@ -32,6 +32,7 @@ class LockEvent(models.Model):
         CONTENDED = "contended", _("contended")
         LOST = "lost", _("lost")
         FORCE_RELEASED = "force_released", _("force released")
+        NOT_REPLICATED = "not_replicated", _("not replicated")
 
     name = models.CharField(_("lock name"), max_length=MAX_NAME_LENGTH)
     kind = models.CharField(_("kind"), max_length=16, choices=Kind.choices)

@@ -13,20 +13,25 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import redis.connection
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from .engine.keys import MAX_SECONDS, validate_prefix, validate_seconds
+from .engine.keys import MAX_SECONDS, validate_prefix, validate_replicas, validate_seconds
 
 __all__ = [
     "DEFAULTS",
     "EVENT_MODES",
     "HOOKS",
+    "WHERE_KEYS",
     "Config",
+    "SettingError",
+    "as_redis_url",
     "configured_hook",
     "get_config",
     "reset_config",
+    "validate_setting",
 ]
 
 EVENT_MODES = ("async", "sync", "off")
@@ -38,6 +43,12 @@ MAX_EVENT_RETENTION = 100 * MAX_SECONDS
 DEFAULTS: dict[str, Any] = {
     "CACHE": "default",
     "URL": None,
+    "SENTINELS": None,
+    "SENTINEL_SERVICE": None,
+    "SENTINEL_KWARGS": None,
+    "CLUSTER": None,
+    "MIN_REPLICAS": 0,
+    "REPLICA_TIMEOUT": 0.1,
     "KEY_PREFIX": "distlock:",
     "TIMEOUT": 30.0,
     "AUTO_RENEW": True,
@@ -49,8 +60,21 @@ DEFAULTS: dict[str, Any] = {
 }
 """Every key of ``DISTLOCK`` and its default:
 
-``CACHE``: alias of the django-redis cache whose Redis holds the locks.
+``CACHE``: alias of the django-redis or django-valkey cache whose Redis holds the locks
+(a single server, a Sentinel ``SentinelClient`` alias, or a django-valkey cluster cache).
 ``URL``: a ``redis://`` URL to use instead of ``CACHE``.
+``SENTINELS``: ``[(host, port), ...]`` of the Sentinels that name the lock server's
+primary (instead of ``CACHE``); needs ``SENTINEL_SERVICE``.
+``SENTINEL_SERVICE``: the service name the Sentinels monitor (``"mymaster"``), or a
+``redis://`` URL whose host is that name and which carries the primary's credentials, db,
+TLS (``rediss://``) and timeouts (``"redis://:secret@mymaster/0?socket_timeout=2"``).
+``SENTINEL_KWARGS``: options for the connections to the Sentinels themselves
+(``{"password": ...}``); default: the socket timeouts of ``SENTINEL_SERVICE``.
+``CLUSTER``: seed node URLs of a Redis/Valkey Cluster (``["redis://10.0.0.1:7000", ...]``;
+credentials, TLS and timeouts from the first), instead of ``CACHE``.
+``MIN_REPLICAS``: default of ``distlock(min_replicas=...)``: replicas that must acknowledge
+an acquire (``WAIT``) for it to count (0: do not wait).
+``REPLICA_TIMEOUT``: seconds an acquire waits for those acknowledgements.
 ``KEY_PREFIX``: every key this package writes starts with it.
 ``TIMEOUT``: default lease in seconds (renewed while held when ``AUTO_RENEW``), at most
 ``MAX_SECONDS`` (one year).
@@ -64,12 +88,34 @@ DEFAULTS: dict[str, Any] = {
 """
 
 
+WHERE_KEYS = ("URL", "SENTINELS", "CLUSTER")
+"""The settings that say where locks live instead of ``CACHE``: at most one may be set."""
+
+# Valkey's URL schemes (what django-valkey users write) and the redis-py scheme of each.
+_VALKEY_SCHEMES = {"valkey": "redis", "valkeys": "rediss"}
+
+
+def as_redis_url(url: str) -> str:
+    """``url`` with a ``valkey://``/``valkeys://`` scheme spelled as redis-py reads it
+    (``redis://``/``rediss://``); other URLs unchanged."""
+    scheme, sep, rest = url.partition("://")
+    if sep and scheme.lower() in _VALKEY_SCHEMES:
+        return f"{_VALKEY_SCHEMES[scheme.lower()]}://{rest}"
+    return url
+
+
 @dataclass(frozen=True)
 class Config:
     """The validated ``DISTLOCK`` setting."""
 
     cache: str
     url: str | None
+    sentinels: tuple[tuple[str, int], ...] | None
+    sentinel_service: str | None
+    sentinel_kwargs: dict[str, Any] | None
+    cluster: tuple[str, ...] | None
+    min_replicas: int
+    replica_timeout: float
     key_prefix: str
     timeout: float
     auto_renew: bool
@@ -80,50 +126,183 @@ class Config:
     view_fail_open: bool
 
 
+class SettingError(ImproperlyConfigured):
+    """An invalid ``DISTLOCK``; ``hint`` (when set) says how to fix it, for the system
+    check that reports it."""
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.hint = hint
+
+
 def _setting_error(key: str, problem: str) -> ImproperlyConfigured:
     return ImproperlyConfigured(f"DISTLOCK[{key!r}] {problem}")
+
+
+def _optional_str(key: str, value: Any) -> str | None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise _setting_error(key, "must be a non-empty str or None")
+    return value
+
+
+def _flag(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _setting_error(key, "must be True or False")
+    return value
+
+
+def _url(key: str, value: Any, *, schemes: tuple[str, ...]) -> str:
+    spelled = " or ".join(f"{scheme}://" for scheme in schemes)
+    if not isinstance(value, str) or not value:
+        raise _setting_error(key, f"must be a {spelled} URL, not {value!r}")
+    scheme = value.partition("://")[0].lower()
+    if "://" not in value or scheme not in schemes:
+        raise _setting_error(key, f"must be a {spelled} URL, not {value!r}")
+    try:
+        options = redis.connection.parse_url(as_redis_url(value))
+    except ValueError as exc:
+        raise _setting_error(key, f"is not a usable URL ({value!r}): {exc}") from None
+    if not options.get("host"):
+        raise _setting_error(key, f"names no host: {value!r}")
+    return value
+
+
+def _sentinels(key: str, value: Any) -> tuple[tuple[str, int], ...] | None:
+    if value is None:
+        return None
+    problem = "must be a non-empty list of (host, port) pairs, e.g. [('10.0.0.1', 26379)]"
+    if isinstance(value, str | bytes) or not isinstance(value, list | tuple) or not value:
+        raise _setting_error(key, problem)
+    addresses = []
+    for entry in value:
+        if not isinstance(entry, list | tuple) or len(entry) != 2:
+            raise _setting_error(key, f"{problem}; got {entry!r}")
+        host, port = entry
+        if not isinstance(host, str) or not host:
+            raise _setting_error(key, f"{problem}; got the host {host!r}")
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise _setting_error(key, f"{problem}; got the port {port!r}")
+        addresses.append((host, port))
+    return tuple(addresses)
+
+
+def _sentinel_service(key: str, value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        raise _setting_error(key, "must be a non-empty str: the service name, or a redis:// URL")
+    if "://" in value:
+        return _url(key, value, schemes=("redis", "rediss", "valkey", "valkeys"))
+    return value
+
+
+def _options(key: str, value: Any) -> dict[str, Any] | None:
+    if value is not None and (
+        not isinstance(value, dict) or not all(isinstance(name, str) for name in value)
+    ):
+        raise _setting_error(key, "must be a dict of connection options or None")
+    return None if value is None else dict(value)
+
+
+def _cluster(key: str, value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str | bytes) or not isinstance(value, list | tuple) or not value:
+        raise _setting_error(
+            key, "must be a non-empty list of seed node URLs, e.g. ['redis://10.0.0.1:7000']"
+        )
+    return tuple(_url(key, url, schemes=("redis", "rediss", "valkey", "valkeys")) for url in value)
+
+
+def _engine_value(check: Callable[[Any, str], Any]) -> Callable[[str, Any], Any]:
+    def validate(key: str, value: Any) -> Any:
+        try:
+            return check(value, key)
+        except (TypeError, ValueError) as exc:
+            raise ImproperlyConfigured(f"DISTLOCK: {exc}") from None
+
+    return validate
+
+
+def _cache(key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value:
+        raise _setting_error(key, "must be a non-empty str (a CACHES alias)")
+    return value
+
+
+def _events(key: str, value: Any) -> str:
+    if value not in EVENT_MODES:
+        raise _setting_error(key, f"must be one of {', '.join(map(repr, EVENT_MODES))}")
+    return str(value)
+
+
+_VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
+    "CACHE": _cache,
+    "URL": _optional_str,  # an unusable URL is the deploy check W001's to report
+    "SENTINELS": _sentinels,
+    "SENTINEL_SERVICE": _sentinel_service,
+    "SENTINEL_KWARGS": _options,
+    "CLUSTER": _cluster,
+    "MIN_REPLICAS": _engine_value(validate_replicas),
+    "REPLICA_TIMEOUT": _engine_value(validate_seconds),
+    "KEY_PREFIX": _engine_value(lambda value, key: validate_prefix(value)),
+    "TIMEOUT": _engine_value(validate_seconds),
+    "AUTO_RENEW": _flag,
+    "EVENTS": _events,
+    "EVENT_RETENTION": _engine_value(
+        lambda value, key: validate_seconds(value, key, maximum=MAX_EVENT_RETENTION)
+    ),
+    "VIEW_ON_BUSY": _optional_str,
+    "VIEW_ON_UNAVAILABLE": _optional_str,
+    "VIEW_FAIL_OPEN": _flag,
+}
+
+
+def validate_setting(key: str, value: Any) -> Any:
+    """``DISTLOCK[key]`` checked on its own (``ImproperlyConfigured`` saying what is wrong),
+    as :class:`Config` holds it."""
+    return _VALIDATORS[key](key, value)
+
+
+def _check_combination(values: dict[str, Any]) -> None:
+    """The rules between keys: one place says where locks live, and Sentinel settings
+    come together."""
+    where = [key for key in WHERE_KEYS if values[key] is not None]
+    if len(where) > 1:
+        raise SettingError(
+            f"DISTLOCK sets {' and '.join(where)}, but at most one of "
+            f"{', '.join(WHERE_KEYS)} may say where locks live",
+            hint="Keep the one that points at your lock server: URL for one server, "
+            "SENTINELS (with SENTINEL_SERVICE) for a Sentinel-managed primary, CLUSTER for "
+            "a Redis Cluster; or remove all three to use the cache DISTLOCK['CACHE'] names.",
+        )
+    if values["SENTINELS"] is not None and values["SENTINEL_SERVICE"] is None:
+        raise SettingError(
+            "DISTLOCK['SENTINELS'] is set, but DISTLOCK['SENTINEL_SERVICE'] is not",
+            hint="Set DISTLOCK['SENTINEL_SERVICE'] to the name the Sentinels monitor the "
+            "lock server's primary under, e.g. 'mymaster'.",
+        )
+    for key in ("SENTINEL_SERVICE", "SENTINEL_KWARGS"):
+        if values[key] is not None and values["SENTINELS"] is None:
+            raise SettingError(
+                f"DISTLOCK[{key!r}] is set, but DISTLOCK['SENTINELS'] is not",
+                hint="Set DISTLOCK['SENTINELS'] to the Sentinels' [(host, port), ...], or "
+                f"remove {key} (a CACHE alias with SentinelClient takes its Sentinel "
+                "settings from its own OPTIONS).",
+            )
 
 
 def _build(raw: Any) -> Config:
     if not isinstance(raw, dict):
         raise ImproperlyConfigured(f"DISTLOCK must be a dict, not {type(raw).__name__}")
-    unknown = sorted(set(raw) - set(DEFAULTS))
+    unknown = sorted(set(raw) - set(DEFAULTS), key=str)
     if unknown:
         raise ImproperlyConfigured(
             f"DISTLOCK has unknown keys {unknown}; known keys are {sorted(DEFAULTS)}"
         )
-    values = {**DEFAULTS, **raw}
-    for key in ("CACHE",):
-        if not isinstance(values[key], str) or not values[key]:
-            raise _setting_error(key, "must be a non-empty str (a CACHES alias)")
-    for key in ("URL", "VIEW_ON_BUSY", "VIEW_ON_UNAVAILABLE"):
-        if values[key] is not None and (not isinstance(values[key], str) or not values[key]):
-            raise _setting_error(key, "must be a non-empty str or None")
-    for key in ("AUTO_RENEW", "VIEW_FAIL_OPEN"):
-        if not isinstance(values[key], bool):
-            raise _setting_error(key, "must be True or False")
-    if values["EVENTS"] not in EVENT_MODES:
-        raise _setting_error("EVENTS", f"must be one of {', '.join(map(repr, EVENT_MODES))}")
-    try:
-        prefix = validate_prefix(values["KEY_PREFIX"])
-        timeout = validate_seconds(values["TIMEOUT"], "TIMEOUT")
-        retention = validate_seconds(
-            values["EVENT_RETENTION"], "EVENT_RETENTION", maximum=MAX_EVENT_RETENTION
-        )
-    except (TypeError, ValueError) as exc:
-        raise ImproperlyConfigured(f"DISTLOCK: {exc}") from None
-    return Config(
-        cache=values["CACHE"],
-        url=values["URL"],
-        key_prefix=prefix,
-        timeout=timeout,
-        auto_renew=values["AUTO_RENEW"],
-        events=values["EVENTS"],
-        event_retention=retention,
-        view_on_busy=values["VIEW_ON_BUSY"],
-        view_on_unavailable=values["VIEW_ON_UNAVAILABLE"],
-        view_fail_open=values["VIEW_FAIL_OPEN"],
-    )
+    values = {key: validate_setting(key, value) for key, value in {**DEFAULTS, **raw}.items()}
+    _check_combination(values)
+    return Config(**{key.lower(): value for key, value in values.items()})
 
 
 @functools.cache

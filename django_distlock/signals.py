@@ -14,11 +14,11 @@ keyword argument, ``event``: the :class:`django_distlock.engine.Event` (``kind``
         alert(f"lock {event.name} lost by {event.host}:{event.pid}: {event.reason}")
 
 Receivers run in the thread that produced the event: the caller's thread for acquire,
-release, extend and contended, the renewal thread (or task) for ``lock_lost``. Keep them
-quick. Inside a running event loop, sync receivers are called right away and async
-receivers are scheduled as tasks on that loop; elsewhere async receivers run through
-``async_to_sync``. A receiver that raises is logged (logger ``django.dispatch``), never
-raised into the lock.
+release, extend, contended and not_replicated, the renewal thread (or task) for
+``lock_lost``. Keep them quick. Inside a running event loop, sync receivers are called
+right away and async receivers are scheduled as tasks on that loop; elsewhere async
+receivers run through ``async_to_sync``. A receiver that raises is logged (logger
+``django.dispatch``), never raised into the lock.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ __all__ = [
     "lock_extended",
     "lock_force_released",
     "lock_lost",
+    "lock_not_replicated",
     "lock_released",
 ]
 
@@ -50,6 +51,12 @@ lock_contended = Signal()
 lock_lost = Signal()
 """A holder lost its lock: the lease ended or another holder took it (for example after a
 force release). ``event.reason`` says why; ``event.held``: seconds it had been held."""
+
+lock_not_replicated = Signal()
+"""An acquire took the lock on the primary, but fewer replicas than ``min_replicas``
+acknowledged it within ``replica_timeout``, so it was given back and the caller got
+``LockNotReplicated``. ``event.fence`` is ``None``; ``event.reason`` says how many
+acknowledged (``"0 of 1 replicas acknowledged"``); ``event.waited``: seconds spent."""
 
 lock_force_released = Signal()
 """An operator force-released a lock (admin, ``distlock release --force`` or

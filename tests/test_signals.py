@@ -52,13 +52,14 @@ def receiving(*signals: Signal, sender: object = None) -> Iterator[list[dict]]:
             signal.disconnect(receiver, sender=sender)
 
 
-def test_the_module_exports_six_signals():
+def test_the_module_exports_seven_signals():
     assert sorted(distlock_signals.__all__) == [
         "lock_acquired",
         "lock_contended",
         "lock_extended",
         "lock_force_released",
         "lock_lost",
+        "lock_not_replicated",
         "lock_released",
     ]
     for name in distlock_signals.__all__:

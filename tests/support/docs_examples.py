@@ -49,7 +49,8 @@ from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test import override_settings
 
-from django_distlock.settings import DEFAULTS, _build
+from django_distlock.connections import lock_servers
+from django_distlock.settings import DEFAULTS, _build, get_config
 from tests.support import REPO_ROOT
 
 FENCE = re.compile(r"^(?P<indent> *)```(?P<info>[^`]*)$")
@@ -187,7 +188,11 @@ def check_settings(source: str, origin: str) -> None:
     if "INSTALLED_APPS" in values:
         assert "django_distlock" in values["INSTALLED_APPS"], origin
     for alias, cache in values.get("CACHES", {}).items():
-        assert cache["BACKEND"] == "django_redis.cache.RedisCache", (origin, alias)
+        assert cache["BACKEND"].startswith(("django_redis.", "django_valkey.")), (origin, alias)
+    shown = {key: values[key] for key in ("CACHES", "DISTLOCK") if key in values}
+    if shown:  # and django-distlock finds where locks live in them (no connection made)
+        with override_settings(**shown):
+            lock_servers(get_config())
 
 
 def check_signature(source: str, namespace: dict[str, Any], origin: str) -> None:

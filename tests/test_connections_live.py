@@ -1,0 +1,338 @@
+"""``get_backend()`` for every shape of settings, locking for real (sync and async) on the
+topologies the suite starts: one server, Sentinel, Cluster, through the ``DISTLOCK`` keys,
+django-redis caches and django-valkey caches; the deploy checks (I001, W001, W002) on the
+same topologies; and a Sentinel failover under a django-redis ``SentinelClient`` cache."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import django_redis.pool
+import pytest
+from django.core.cache import caches
+from django.core.checks import Info, Warning, run_checks
+from django.test import override_settings
+from django_redis import get_redis_connection
+
+from django_distlock import LockBackendUnavailable, distlock
+from django_distlock.connections import get_backend
+from tests.support.redis_servers import HOST, RedisServer
+
+
+def closed_port() -> int:
+    """A loopback port nobody listens on (bound, then closed)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((HOST, 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def deploy_messages() -> list:
+    return run_checks(tags=["distlock"], include_deployment_checks=True)
+
+
+def keys_under(prefix: str, servers: list[RedisServer]) -> dict[int, int]:
+    """How many keys under ``prefix`` each server holds (by port)."""
+    counts = {}
+    for server in servers:
+        with server.client() as client:
+            counts[server.port] = sum(1 for _ in client.scan_iter(match=f"{prefix}*"))
+    return counts
+
+
+def forget(prefix: str, servers: list[RedisServer]) -> None:
+    for server in servers:
+        with server.client() as client:
+            for key in client.scan_iter(match=f"{prefix}*"):
+                client.delete(key)
+
+
+def sentinel_cache(package: str, sentinels: list[tuple[str, int]], db: int = 0) -> dict:
+    if package == "django-redis":
+        return {
+            "BACKEND": "django_redis.cache.RedisCache",
+            "LOCATION": f"redis://mymaster/{db}",
+            "OPTIONS": {
+                "CLIENT_CLASS": "django_redis.client.SentinelClient",
+                "CONNECTION_FACTORY": "django_redis.pool.SentinelConnectionFactory",
+                "SENTINELS": sentinels,
+                "SOCKET_TIMEOUT": 2,
+            },
+        }
+    return {
+        "BACKEND": "django_valkey.cache.ValkeyCache",
+        "LOCATION": f"valkey://mymaster/{db}",
+        "OPTIONS": {"CLIENT_CLASS": "django_valkey.client.SentinelClient", "SENTINELS": sentinels},
+    }
+
+
+@dataclass
+class Shape:
+    """One way of saying where locks live, and what must come of it."""
+
+    distlock: dict[str, Any]
+    caches: dict[str, Any] | None
+    primaries: Callable[[], list[RedisServer]]  # where the lock keys must land
+    where: str  # I001: where locks live
+    origin: str  # I001: which setting says so
+    shared_cache: str | None = None  # the django-redis alias whose client sync locks share
+
+    def settings(self, prefix: str) -> override_settings:
+        values: dict[str, Any] = {
+            "DISTLOCK": {"EVENTS": "off", "KEY_PREFIX": prefix, **self.distlock}
+        }
+        if self.caches is not None:
+            values["CACHES"] = self.caches
+        return override_settings(**values)
+
+
+def _shape(name: str, fixture: Callable[[str], Any]) -> Shape:
+    if name in ("url", "django-redis", "valkey"):
+        server: RedisServer = fixture("redis_server")
+        where = f"one Redis server, {server.url}"
+        if name == "url":
+            return Shape({"URL": server.url}, None, lambda: [server], where, "DISTLOCK['URL']")
+        if name == "django-redis":
+            caches = {
+                "default": {"BACKEND": "django_redis.cache.RedisCache", "LOCATION": server.url}
+            }
+            origin = "CACHES['default'] (django-redis)"
+            return Shape({}, caches, lambda: [server], where, origin, "default")
+        url = server.url.replace("redis://", "valkey://")
+        caches = {"default": {"BACKEND": "django_valkey.cache.ValkeyCache", "LOCATION": url}}
+        origin = "CACHES['default'] (django-valkey)"
+        return Shape({}, caches, lambda: [server], where, origin)
+    if name.startswith("sentinel") or name.endswith("sentinel"):
+        setup = fixture("sentinel_setup")
+        addresses = ", ".join(f"{host}:{port}" for host, port in setup.sentinels)
+        where = f"the primary of Sentinel service 'mymaster' (Sentinels {addresses})"
+        primaries = lambda: [setup.primary]  # noqa: E731
+        if name in ("sentinels", "sentinel-service-url"):
+            service = "mymaster" if name == "sentinels" else "redis://mymaster/0?socket_timeout=2"
+            distlock = {"SENTINELS": setup.sentinels, "SENTINEL_SERVICE": service}
+            return Shape(distlock, None, primaries, where, "DISTLOCK['SENTINELS']")
+        package = "django-redis" if name == "django-redis-sentinel" else "django-valkey"
+        caches = {"default": sentinel_cache(package, setup.sentinels)}
+        shared = "default" if package == "django-redis" else None
+        return Shape({}, caches, primaries, where, f"CACHES['default'] ({package})", shared)
+    cluster = fixture("cluster_setup")
+    seeds = cluster.urls[:3]
+    where = f"a Redis Cluster (seed nodes {', '.join(seeds)})"
+    if name == "cluster":
+        return Shape(
+            {"CLUSTER": seeds}, None, lambda: cluster.primaries, where, "DISTLOCK['CLUSTER']"
+        )
+    locations = [url.replace("redis://", "valkey://") for url in seeds]
+    caches = {
+        "default": {
+            "BACKEND": "django_valkey.cluster_cache.cache.ClusterValkeyCache",
+            "LOCATION": locations,
+        }
+    }
+    where = f"a Redis Cluster (seed nodes {', '.join(seeds)})"
+    return Shape({}, caches, lambda: cluster.primaries, where, "CACHES['default'] (django-valkey)")
+
+
+SHAPES = [
+    "url",
+    "django-redis",
+    "valkey",
+    "sentinels",
+    "sentinel-service-url",
+    "django-redis-sentinel",
+    "valkey-sentinel",
+    "cluster",
+    "valkey-cluster",
+]
+
+
+@pytest.fixture(params=SHAPES)
+def shape(request: pytest.FixtureRequest) -> tuple[str, Shape]:
+    return request.param, _shape(request.param, request.getfixturevalue)
+
+
+async def _async_cycle(names: list[str]) -> list[int]:
+    fences = []
+    for name in names:
+        async with distlock(name) as lock:
+            assert not await distlock(name, blocking=False).aacquire()
+            fences.append(lock.fence)
+    return fences
+
+
+def test_every_settings_shape_locks_for_real(shape):
+    name, where = shape
+    prefix = f"shape-{name}:"
+    names = [f"job:{number}" for number in range(12)]
+    with where.settings(prefix):
+        if where.caches is not None and name.startswith("valkey"):
+            # The alias is a real django-valkey cache, configured as its users do.
+            caches["default"].set("shape-probe", 1)
+            assert caches["default"].get("shape-probe") == 1
+            caches["default"].delete("shape-probe")
+        backend = get_backend()
+        if where.shared_cache is not None:
+            own = get_redis_connection(where.shared_cache)
+            assert backend.client.connection_pool is own.connection_pool
+        fences = []
+        for lock_name in names:
+            with distlock(lock_name) as lock:
+                assert not distlock(lock_name, blocking=False).acquire()
+                fences.append(lock.fence)
+        held_on = keys_under(prefix, where.primaries())
+        assert sum(held_on.values()) > 0, held_on
+        if len(held_on) > 1:  # a cluster: locks spread over the primaries
+            assert sum(1 for count in held_on.values() if count) >= 2, held_on
+        again = asyncio.run(_async_cycle(names))
+        assert all(later > earlier for earlier, later in zip(fences, again, strict=True))
+        asyncio.run(_async_cycle(names[:1]))  # a second event loop works too
+        messages = deploy_messages()
+    forget(prefix, where.primaries())
+    [info] = messages
+    assert isinstance(info, Info)
+    assert info.id == "django_distlock.I001"
+    assert info.msg == f"django-distlock keeps its locks on {where.where}, as {where.origin} says"
+
+
+# -- deploy checks on real topologies ------------------------------------------------------
+
+
+def test_i001_mentions_min_replicas(redis_server):
+    with override_settings(DISTLOCK={"URL": redis_server.url, "MIN_REPLICAS": 1}):
+        [info] = deploy_messages()
+    assert info.msg.endswith(
+        "; an acquire counts once 1 replica(s) acknowledged it within 0.1 s "
+        "(MIN_REPLICAS, REPLICA_TIMEOUT)"
+    )
+
+
+def test_i001_is_deploy_only(redis_server):
+    with override_settings(DISTLOCK={"URL": redis_server.url}):
+        assert run_checks(tags=["distlock"]) == []
+
+
+def test_w001_when_no_sentinel_answers():
+    sentinels = [(HOST, closed_port()), (HOST, closed_port())]
+    with override_settings(DISTLOCK={"SENTINELS": sentinels, "SENTINEL_SERVICE": "mymaster"}):
+        [info, warning] = deploy_messages()
+    assert info.id == "django_distlock.I001"
+    assert isinstance(warning, Warning)
+    assert warning.id == "django_distlock.W001"
+    addresses = ", ".join(f"{host}:{port}" for host, port in sentinels)
+    assert warning.msg.startswith(
+        f"No Sentinel ({addresses}) names a primary for service 'mymaster' within 2 s: "
+        "MasterNotFoundError"
+    )
+    assert "SENTINEL_KWARGS" in warning.hint
+
+
+def test_w001_when_the_sentinels_do_not_know_the_service(sentinel_setup):
+    distlock = {"SENTINELS": sentinel_setup.sentinels, "SENTINEL_SERVICE": "nosuchservice"}
+    with override_settings(DISTLOCK=distlock):
+        [_info, warning] = deploy_messages()
+    assert warning.id == "django_distlock.W001"
+    assert "names a primary for service 'nosuchservice'" in warning.msg
+
+
+def test_w001_when_no_cluster_seed_answers():
+    seeds = [f"redis://{HOST}:{closed_port()}", f"redis://:secret@{HOST}:{closed_port()}"]
+    with override_settings(DISTLOCK={"CLUSTER": seeds}):
+        [_info, warning] = deploy_messages()
+    assert warning.id == "django_distlock.W001"
+    assert warning.msg.startswith("No seed node of the Redis Cluster answers CLUSTER SLOTS")
+    assert "secret" not in warning.msg
+    assert "DISTLOCK['CLUSTER']" in warning.hint
+
+
+def test_w001_names_the_cluster_primary_that_does_not_answer(private_cluster):
+    stalled = private_cluster.primaries[1]
+    seeds = [f"redis://{HOST}:{node.port}" for node in private_cluster.nodes if node is not stalled]
+    with override_settings(DISTLOCK={"CLUSTER": seeds}):
+        assert [m.id for m in deploy_messages()] == ["django_distlock.I001"]
+        stalled.pause()
+        try:
+            [_info, warning] = deploy_messages()
+        finally:
+            stalled.resume()
+    assert warning.id == "django_distlock.W001"
+    assert warning.msg.startswith(
+        f"Redis at '{HOST}:{stalled.port}' (a Redis Cluster primary) does not answer PING"
+    )
+
+
+@pytest.mark.parametrize("topology", ["sentinel", "cluster"])
+def test_w002_names_each_evicting_primary(topology, request):
+    if topology == "sentinel":
+        setup = request.getfixturevalue("sentinel_setup")
+        evicting = setup.primary
+        distlock = {"SENTINELS": setup.sentinels, "SENTINEL_SERVICE": "mymaster"}
+        label = f"Redis at '{HOST}:{evicting.port}' (the primary of Sentinel service 'mymaster')"
+    else:
+        setup = request.getfixturevalue("cluster_setup")
+        evicting = setup.primaries[2]
+        distlock = {"CLUSTER": setup.urls[:1]}
+        label = f"Redis at '{HOST}:{evicting.port}' (a Redis Cluster primary)"
+    with evicting.client() as client, override_settings(DISTLOCK=distlock):
+        client.config_set("maxmemory-policy", "volatile-lru")
+        try:
+            [_info, warning] = deploy_messages()
+        finally:
+            client.config_set("maxmemory-policy", "noeviction")
+    assert warning.id == "django_distlock.W002"
+    assert warning.msg.startswith(
+        f"{label} evicts keys when it is full (maxmemory-policy volatile-lru)"
+    )
+    assert "on its replicas too" in warning.hint
+
+
+# -- a Sentinel failover under a django-redis SentinelClient cache -------------------------
+
+
+def _acquire_within(seconds: float, name: str) -> tuple[Any, int]:
+    """Take ``name`` (sync), retrying while the backend is unavailable; the lock and how
+    many attempts failed."""
+    deadline = time.monotonic() + seconds
+    failures = 0
+    while True:
+        lock = distlock(name, blocking_timeout=1)
+        try:
+            assert lock.acquire()
+            return lock, failures
+        except LockBackendUnavailable:
+            failures += 1
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def test_sentinel_cache_after_a_failover(private_sentinel, monkeypatch):
+    # django-redis keeps its pools in a process-global dict keyed by LOCATION: a pool made
+    # for another Sentinel setup under the same URL would be reused.
+    monkeypatch.setattr(django_redis.pool.ConnectionFactory, "_pools", {})
+    caches_setting = {"default": sentinel_cache("django-redis", private_sentinel.sentinels)}
+    with override_settings(CACHES=caches_setting, DISTLOCK={"EVENTS": "off"}):
+        with distlock("invoice:42") as lock:
+            before = lock.fence
+
+        async def take() -> int:
+            async with distlock("invoice:42") as lock:
+                return lock.fence
+
+        before_async = asyncio.run(take())
+        old = private_sentinel.primary
+        private_sentinel.kill_primary_and_wait_for_failover()
+        assert private_sentinel.primary is not old
+        lock, failures = _acquire_within(5, "invoice:42")
+        after = lock.fence
+        assert keys_under("distlock:", [private_sentinel.primary])[private_sentinel.primary.port]
+        lock.release()
+        after_async = asyncio.run(take())
+        lock, _ = _acquire_within(5, "invoice:43")  # a name the old primary never saw
+        lock.release()
+    assert failures <= 1  # a pooled connection to the dead primary may fail once
+    assert before < before_async < after < after_async
