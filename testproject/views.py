@@ -10,8 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
 from django_distlock import LockNotAcquired, distlock
-from django_distlock.connections import get_backend
-from django_distlock.engine.keys import index_key
+from django_distlock.models import HeldLock
 from django_distlock.views import locked_response
 
 # How long /hold/<name>/ keeps its lock.
@@ -19,13 +18,8 @@ HOLD_SECONDS = float(os.environ.get("DEMO_HOLD_SECONDS", "5"))
 
 
 def _held_locks() -> list[dict[str, object]]:
-    backend = get_backend()
-    now_ms = time.time() * 1000
-    entries = backend.client.zrangebyscore(
-        index_key(backend.prefix), now_ms, "+inf", withscores=True
-    )
     return [
-        {"name": name.decode(), "ttl": f"{(score - now_ms) / 1000:.1f}"} for name, score in entries
+        {"name": held.name, "ttl": f"{held.ttl:.1f}"} for held in HeldLock.objects.order_by("-ttl")
     ]
 
 

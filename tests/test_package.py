@@ -22,6 +22,7 @@ DESIGN_EXPORTS = {
     "LockBackendUnavailable",
     # Not in DESIGN's list: an error reply is not an outage (issue 9, item 8).
     "LockBackendError",
+    "LockNotReplicated",  # DESIGN "Details decided (turn 2)"
 }
 
 

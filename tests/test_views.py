@@ -15,7 +15,6 @@ from django.utils.decorators import method_decorator
 from django.views import View
 
 from django_distlock import LockLost, distlock
-from django_distlock.engine.keys import index_key
 from django_distlock.views import (
     LockViewMixin,
     lock_view,
@@ -33,7 +32,7 @@ def lock_key_exists(redis_client, name: str) -> bool:
 
 def assert_released(redis_client, name: str) -> None:
     assert not lock_key_exists(redis_client, name)
-    assert redis_client.zscore(index_key("distlock:"), name) is None
+    assert redis_client.zscore(keys_of(name).index, name) is None
 
 
 # -- holding the lock ------------------------------------------------------------------

@@ -232,10 +232,7 @@ class Backend:
                 await pool.close()
 
     def _all_nodes(self) -> list[Node]:
-        topology = self._topology
-        if isinstance(topology, Cluster):
-            return list(topology._nodes.values())
-        return topology.nodes()
+        return self._topology.known_nodes()
 
     def watch_loop(self) -> None:
         """Make sure the running loop's connections are closed when it shuts down."""
@@ -271,23 +268,27 @@ def _close_at_loop_shutdown(
     Asyncio connections belong to one loop and must be closed on it. An event loop has
     no shutdown callback, but ``shutdown_asyncgens()`` (called by ``asyncio.run`` and by
     test runners) closes every async generator started on it, so we start one whose
-    ``finally`` does the clean-up. The returned generator must be kept referenced.
+    ``finally`` does the clean-up. It holds the topology, not the backend: a backend
+    dropped before its loop ends still has its connections closed (the loop finalizes
+    the generator once nothing else references it). The backend keeps the generator
+    referenced while it lives.
     """
-    backend_ref = weakref.ref(backend)
+    topology = backend.topology_now()
+    closers = weakref.ref(backend._closers)
 
     async def closer() -> AsyncGenerator[None, None]:
         try:
             yield
         finally:
-            owner = backend_ref()
-            if owner is not None:
-                # These entries reference the loop they are keyed by: drop them, or
-                # neither they nor the loop could ever be collected.
-                owner._closers.pop(loop, None)
-                for node in owner._all_nodes():
-                    pool = node._async_pools.pop(loop, None)
-                    if pool is not None:
-                        await pool.close()
+            # These entries reference the loop they are keyed by: drop them, or neither
+            # they nor the loop could ever be collected.
+            registry = closers()
+            if registry is not None:
+                registry.pop(loop, None)
+            for node in topology.known_nodes():
+                pool = node._async_pools.pop(loop, None)
+                if pool is not None:
+                    await pool.close()
 
     generator = closer()
     # Run it to its first `yield` without awaiting (it awaits nothing before), which

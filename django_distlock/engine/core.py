@@ -15,25 +15,24 @@ import os
 import random
 import socket
 import time
-from collections.abc import Callable, Generator
-from dataclasses import dataclass, field
+from collections.abc import Generator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import process
 from .exceptions import LockError
+from .hold import Hold
 from .keys import LockKeys, clean_label
 from .scripts import ACQUIRE, EXTEND, PASS_ON, RELEASE, TTL, WAKE, Script
 from .tuning import Tuning, ms
 
 if TYPE_CHECKING:
-    from .backend import Backend
+    pass
 
 __all__ = [
     "Acquired",
     "AwaitWait",
     "Call",
     "CallEndingWait",
-    "Hold",
     "NotAcquired",
     "NotReplicated",
     "Op",
@@ -143,80 +142,6 @@ class NotAcquired:
     seconds (``None`` when unknown)."""
 
     retry_after: float | None
-
-
-@dataclass(eq=False, slots=True)
-class Hold:
-    """One successful acquisition: what its owner (a thread or a task) knows of it."""
-
-    name: str
-    token: str
-    lease: float
-    backend: Backend
-    keys: LockKeys
-    auto_renew: bool
-    context: str
-    thread: str
-    """The owner's name, as stored with the lock and shown to operators."""
-    started_mono: float
-    """Local monotonic time the lock was taken (the acquire began, until it succeeds)."""
-    owner: Callable[[], Any] = field(default=lambda: None, repr=False)
-    """A weak reference to the owning thread or task (see :func:`owner_alive`)."""
-    generation: int = field(default_factory=process.generation)
-    """The process generation it was taken in: a forked child does not hold it."""
-    report_lost: Callable[[], Callable[[Hold], Any] | None] = field(
-        default=lambda: None, repr=False
-    )
-    """A weak reference to what tells the holder that the lock was lost."""
-    fence: int = 0
-    acquired_at: float = 0.0
-    """Server time (epoch seconds) the lock was taken."""
-    valid_until_mono: float = 0.0
-    """Local monotonic time the lease ends at, counted from when the request was sent."""
-    waited: float = 0.0
-    timer: Any = field(default=None, repr=False)
-    """The async watchdog's pending renewal (cancelled on release)."""
-    loop: Any = field(default=None, repr=False)
-    """The event loop an async hold was taken on (``None`` for sync holds)."""
-    lost: bool = False
-    lost_reason: str = ""
-    renewal_error: str = ""
-    """Why the last renewal attempt failed (``""`` once one succeeds)."""
-    released: bool = False
-    release_failed: bool = False
-    """A release could not reach Redis: the lock may still be held with this token (the
-    next acquire by the same owner gives it back first)."""
-    releasing: bool = False
-    """A release is in flight: a renewal finding the lock gone proves nothing."""
-    lost_reported: bool = field(default=False, repr=False)
-
-    def expired(self, now: float | None = None) -> bool:
-        """True once the lease has run out without a confirmed renewal."""
-        return (time.monotonic() if now is None else now) >= self.valid_until_mono
-
-    def is_lost(self) -> bool:
-        """True when the holder must assume someone else may hold the lock."""
-        return self.lost or (not self.released and self.expired())
-
-    def owner_alive(self) -> bool:
-        """False once the owning thread has ended or the owning task is done."""
-        owner = self.owner()
-        if owner is None:
-            return False
-        done = getattr(owner, "done", None)
-        if done is not None:
-            return not done()
-        return bool(owner.is_alive())
-
-    @property
-    def valid_until(self) -> float:
-        """The end of the lease as a local wall-clock time (``time.time()`` scale)."""
-        return time.time() + (self.valid_until_mono - time.monotonic())
-
-    @property
-    def held_for(self) -> float:
-        """Seconds since the lock was taken (local clock)."""
-        return time.monotonic() - self.started_mono
 
 
 def extend_call(hold: Hold, seconds: float, mode: str) -> Call:

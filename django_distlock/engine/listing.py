@@ -192,7 +192,7 @@ class Listing:
             buckets = list(range(BUCKETS))
         replies = _answered(self._driver().call_many(calls, READ_TIMEOUT)) if calls else []
         names: list[Raw] = []
-        ttls: dict[Raw, int] = {}
+        ends: dict[Raw, int] = {}
         now_by_bucket: dict[int, int] = {}
         for bucket, (now_ms, joined) in zip(buckets, replies, strict=True):
             now = int(now_ms)
@@ -203,8 +203,8 @@ class Listing:
             bucket_names = flat[0::2]
             names += bucket_names
             for name, score in zip(bucket_names, flat[1::2], strict=True):
-                ttls[name] = int(score) - now
-        snapshot = _Snapshot(self.backend, names, ttls, now_by_bucket)
+                ends[name] = int(score)
+        snapshot = _Snapshot(self.backend, names, ends, now_by_bucket)
         snapshot.names = _filtered(snapshot.names, filters)
         return snapshot
 
@@ -226,21 +226,22 @@ def _run_on(driver: SyncDriver, node: Any, *command: Any) -> Any:
 
 
 class _Snapshot:
-    """One read of the listing indexes: the matching names (raw), their remaining leases
-    then (ms), and each bucket's server clock (ms) at the read."""
+    """One read of the listing indexes: the matching names (raw), their lease ends then
+    (server ms: TTL order is lease-end order, and equal lease ends tie whatever moment
+    each bucket was read at), and each bucket's server clock (ms) at the read."""
 
-    __slots__ = ("backend", "names", "now_by_bucket", "ttls")
+    __slots__ = ("backend", "ends", "names", "now_by_bucket")
 
     def __init__(
         self,
         backend: Backend,
         names: list[Raw],
-        ttls: dict[Raw, int],
+        ends: dict[Raw, int],
         now_by_bucket: dict[int, int],
     ) -> None:
         self.backend = backend
         self.names = names
-        self.ttls = ttls
+        self.ends = ends
         self.now_by_bucket = now_by_bucket
 
     def _read(
@@ -280,9 +281,7 @@ class _Snapshot:
                         read_values[i] = item
                     elif item is not None:
                         end = score_ms(item)
-                        read_ttls[i] = (
-                            end - now_ms if now_ms is not None else self.ttls.get(names[i], 0)
-                        )
+                        read_ttls[i] = end - now_ms if now_ms is not None else 0
         return read_values, read_ttls
 
     def values_of(self, names: Sequence[Raw]) -> list[Raw | None]:
@@ -364,7 +363,7 @@ def _ordered(snapshot: _Snapshot, ordering: Sequence[str]) -> list[Raw]:
     if first.removeprefix("-") == "name":
         return sorted(names, reverse=first.startswith("-"))
     fields = {field.removeprefix("-") for field in ordering}
-    ttls = [snapshot.ttls.get(name) for name in names] if "ttl" in fields else [0] * len(names)
+    ends = [snapshot.ends.get(name) for name in names] if "ttl" in fields else [0] * len(names)
     if "acquired_at" in fields:
         # Only the acquisition time is decoded here; the page is parsed later.
         acquired = list(map(lock_value_acquired_at_us, snapshot.values_of(names)))
@@ -372,7 +371,7 @@ def _ordered(snapshot: _Snapshot, ordering: Sequence[str]) -> list[Raw]:
         acquired = [0] * len(names)
     rows = [
         row
-        for row in zip(names, ttls, acquired, strict=True)
+        for row in zip(names, ends, acquired, strict=True)
         if row[1] is not None and row[2] is not None
     ]
     _sort_rows(rows, ordering)
@@ -380,7 +379,7 @@ def _ordered(snapshot: _Snapshot, ordering: Sequence[str]) -> list[Raw]:
 
 
 def _sort_rows(rows: list[tuple[Any, ...]], ordering: Sequence[str]) -> None:
-    """Sort ``(name, ttl_ms, acquired_at_us)`` rows in place by ``ordering``; ties
+    """Sort ``(name, lease_end_ms, acquired_at_us)`` rows in place by ``ordering``; ties
     are broken by name, in the direction of the first field."""
     columns = {"name": 0, "ttl": 1, "acquired_at": 2}
     fields = list(ordering)

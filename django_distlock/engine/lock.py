@@ -28,7 +28,6 @@ from .core import (
     HOSTNAME,
     Acquired,
     Call,
-    Hold,
     NotAcquired,
     NotReplicated,
     acquire_steps,
@@ -40,6 +39,7 @@ from .core import (
     ttl_call,
 )
 from .exceptions import LockError, LockLost, LockNotAcquired, LockNotOwned, LockNotReplicated
+from .hold import Hold
 from .io import AsyncDriver, SyncDriver, completed
 from .keys import LockKeys, validate_context, validate_name, validate_replicas, validate_seconds
 from .ownership import current_task_or_thread, owner_label, run_on_loop_of, running_task

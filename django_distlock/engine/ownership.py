@@ -11,7 +11,7 @@ import logging
 import threading
 from typing import Any
 
-from .core import Hold
+from .hold import Hold
 from .keys import clean_label
 
 __all__ = ["current_task_or_thread", "owner_label", "run_on_loop_of", "running_task"]

@@ -9,8 +9,9 @@ import logging
 import time
 from typing import Any
 
-from .core import Call, Hold, extend_call, release_call
+from .core import Call, extend_call, release_call
 from .exceptions import LockError
+from .hold import Hold
 from .scripts import WAKE
 
 __all__ = [

@@ -180,6 +180,11 @@ class Topology:
         """Every node keys may live on (each primary once)."""
         raise NotImplementedError
 
+    def known_nodes(self) -> list[Node]:
+        """Every node this topology has connections to (a cluster's former primaries
+        included), to close them."""
+        return self.nodes()
+
     def group(self, keys: Iterable[str]) -> dict[Node, list[str]]:
         """``keys`` by the node that serves them (order kept within a node)."""
         groups: dict[Node, list[str]] = {}
@@ -284,6 +289,9 @@ class Cluster(Topology):
 
     def asked(self, host: str, port: int) -> Node:
         return self.node_at(host, port)
+
+    def known_nodes(self) -> list[Node]:
+        return list(self._nodes.values())
 
     def forget_connections(self) -> list[Any]:
         return [node.forget_connections() for node in self._nodes.values()]

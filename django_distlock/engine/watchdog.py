@@ -36,8 +36,8 @@ from collections.abc import Callable
 from typing import Any
 
 from . import process
-from .core import Hold
 from .exceptions import LockError
+from .hold import Hold
 from .io import AsyncDriver, SyncDriver
 from .renewal import (
     abandoned_reason,

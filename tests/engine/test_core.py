@@ -26,6 +26,8 @@ KEYS = LockKeys.for_name("p:", "job")
 TOKEN = "0123456789abcdef" * 2
 WAITER = TOKEN[:16]
 UNFAIR_WAIT = StartWait((KEYS.wake(WAITER), KEYS.signal))
+DONE = [1, b""]
+"""What RELEASE and PASS_ON answer when no fair waiter is to be woken."""
 
 
 def steps(**overrides):
@@ -58,9 +60,9 @@ def abandon(generator):
     with pytest.raises(KeyboardInterrupt):  # noqa: PT012
         while True:
             op = generator.send(
-                1
+                DONE
                 if isinstance(op, Call)
-                else (1, False)
+                else (DONE, False)
                 if isinstance(op, CallEndingWait)
                 else False
             )
@@ -102,21 +104,21 @@ def test_one_round_trip_takes_a_free_lock():
 def test_lease_is_rounded_up_to_whole_milliseconds():
     generator, op = steps(lease=0.0011)
     assert op.args[1] == 2
-    finish(generator, [0, 1])
+    finish(generator, [0, 1, b""])
 
 
 def test_non_blocking_attempt_never_waits():
     generator, op = steps(blocking=False)
     assert op.args[5] == ""  # not registered as a waiter
-    assert finish(generator, [0, 1500]) == NotAcquired(1.5)
+    assert finish(generator, [0, 1500, b""]) == NotAcquired(1.5)
     generator, _ = steps(blocking=False)
-    assert finish(generator, [0, -1]) == NotAcquired(None)
+    assert finish(generator, [0, -1, b""]) == NotAcquired(None)
 
 
 def test_a_waiter_waits_on_the_wake_up_list_bounded_by_the_holder_lease():
     generator, op = steps(blocking=True)
     assert op.args[5] == TOKEN[:16]
-    wait = generator.send([0, 20])
+    wait = generator.send([0, 20, b""])
     # Its own list first (ending the wait pushes there), then the shared signal.
     assert wait == UNFAIR_WAIT
     timer = generator.send(None)
@@ -128,8 +130,9 @@ def test_a_waiter_waits_on_the_wake_up_list_bounded_by_the_holder_lease():
     op = generator.send(False)
     assert isinstance(op, CallEndingWait)
     assert op.call.script is ACQUIRE
-    assert op.call.args[8] == WAITER  # the script ends our BLPOP
-    assert generator.send(([0, 60_000], False)) == UNFAIR_WAIT
+    assert op.call.args[8] == "1"  # the script ends our BLPOP...
+    assert op.call.keys[6] == KEYS.wake(WAITER)  # ...by a push to our own list
+    assert generator.send(([0, 60_000, b""], False)) == UNFAIR_WAIT
     timer = generator.send(None)
     # A long lease is re-checked at the cap.
     assert Tuning().wait_cap - 0.01 < timer.timeout <= Tuning().wait_cap
@@ -139,13 +142,13 @@ def test_a_waiter_waits_on_the_wake_up_list_bounded_by_the_holder_lease():
 def test_fair_waiters_wait_on_their_own_list():
     generator, op = steps(blocking=True, fair=True)
     assert op.args[7] == "1"
-    assert generator.send([0, 100]) == StartWait((KEYS.wake(WAITER),))
+    assert generator.send([0, 100, b""]) == StartWait((KEYS.wake(WAITER),))
     abandon(generator)
 
 
 def test_a_wait_never_outlasts_the_deadline():
     generator, _ = steps(blocking=True, deadline=time.monotonic() + 0.05)
-    generator.send([0, 60_000])
+    generator.send([0, 60_000, b""])
     timer = generator.send(None)
     assert 0 < timer.timeout <= 0.05
     abandon(generator)
@@ -153,19 +156,19 @@ def test_a_wait_never_outlasts_the_deadline():
 
 def test_giving_up_after_a_consumed_wake_up_passes_it_on():
     generator, _ = steps(blocking=True, deadline=time.monotonic() + 0.02)
-    generator.send([0, 60_000])  # StartWait
+    generator.send([0, 60_000, b""])  # StartWait
     generator.send(None)  # AwaitWait
     assert isinstance(generator.send(True), Call)  # woken: try again
     time.sleep(0.03)
-    op = generator.send([0, 60_000])  # someone barged in, and the deadline passed
+    op = generator.send([0, 60_000, b""])  # someone barged in, and the deadline passed
     assert op.script is PASS_ON
     assert op.args[2] == "1"  # we consumed a wake-up we will not use
-    assert finish(generator, 1) == NotAcquired(60.0)
+    assert finish(generator, DONE) == NotAcquired(60.0)
 
 
 def test_acquiring_after_the_timer_ends_the_wait_in_the_same_step():
     generator, _ = steps(blocking=True)
-    generator.send([0, 60_000])  # StartWait
+    generator.send([0, 60_000, b""])  # StartWait
     generator.send(None)  # AwaitWait
     op = generator.send(False)  # timer ran out: the BLPOP is still outstanding
     assert isinstance(op, CallEndingWait)
@@ -174,10 +177,10 @@ def test_acquiring_after_the_timer_ends_the_wait_in_the_same_step():
 
 def test_a_wake_up_consumed_as_the_timer_fired_retries_at_once():
     generator, _ = steps(blocking=True)
-    generator.send([0, 60_000])  # StartWait
+    generator.send([0, 60_000, b""])  # StartWait
     generator.send(None)  # AwaitWait
     generator.send(False)  # CallEndingWait
-    op = generator.send(([0, 60_000], True))  # busy again, but a release woke us
+    op = generator.send(([0, 60_000, b""], True))  # busy again, but a release woke us
     assert isinstance(op, Call)
     assert op.script is ACQUIRE
     abandon(generator)
@@ -191,20 +194,21 @@ def test_an_interrupted_acquire_gives_the_lock_back(interruption):
     assert op.script is RELEASE
     assert op.args[0] == TOKEN
     with pytest.raises(interruption):
-        generator.send(0)
+        generator.send([0, b""])
 
 
 def test_an_interruption_while_waiting_ends_the_wait_first():
     generator, _ = steps(blocking=True, fair=True)
-    generator.send([0, 60_000])  # StartWait
+    generator.send([0, 60_000, b""])  # StartWait
     generator.send(None)  # AwaitWait
     op = generator.throw(KeyboardInterrupt())
     assert isinstance(op, CallEndingWait)
     assert op.call.script is PASS_ON
     assert op.call.args[0] == WAITER  # leave the fair queue
-    assert op.call.args[3] == WAITER  # and end the BLPOP, in one round trip
+    assert op.call.args[3] == "1"  # and end the BLPOP, in one round trip
+    assert op.call.keys[6] == KEYS.wake(WAITER)
     with pytest.raises(KeyboardInterrupt):
-        generator.send((1, False))
+        generator.send((DONE, False))
 
 
 def test_a_plain_attempt_ends_no_wait():
@@ -217,21 +221,21 @@ def test_giving_up_passes_on_a_wake_up_the_ended_wait_consumed():
     """The BLPOP was still in flight when we ended it and found a wake-up meant for the
     next waiter: hand it on."""
     generator, _ = steps(blocking=True, deadline=time.monotonic() + 0.02)
-    generator.send([0, 60_000])  # StartWait
+    generator.send([0, 60_000, b""])  # StartWait
     generator.send(None)  # AwaitWait
     time.sleep(0.03)
     op = generator.send(False)  # the timer ran out, so did the deadline: re-check
     assert isinstance(op, CallEndingWait)
     # Still busy, and the wait already ended with that re-check: nothing to clean up.
-    assert finish(generator, ([0, 60_000], False)) == NotAcquired(60.0)
+    assert finish(generator, ([0, 60_000, b""], False)) == NotAcquired(60.0)
 
     generator, _ = steps(blocking=True, deadline=time.monotonic() + 0.02)
-    generator.send([0, 60_000])  # StartWait
+    generator.send([0, 60_000, b""])  # StartWait
     generator.send(None)  # AwaitWait
     op = generator.throw(TimeoutError())
     assert isinstance(op, CallEndingWait)  # ends the wait while leaving
-    op = generator.send((1, True))  # ... and that BLPOP had consumed a wake-up
+    op = generator.send((DONE, True))  # ... and that BLPOP had consumed a wake-up
     assert op.script is PASS_ON
     assert op.args[2] == "1"
     with pytest.raises(TimeoutError):
-        generator.send(1)
+        generator.send(DONE)

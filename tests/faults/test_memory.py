@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from django_distlock.engine import Lock
+from django_distlock.engine.keys import bucket_of
 from tests.support.engine import keys_of, stored_lock
 
 NAMES = 2000
@@ -28,9 +29,11 @@ async def test_released_locks_leave_only_short_lived_fence_counters(api, backend
     assert max(lifetimes) <= HOUR + LEASE, f"fence counters live {max(lifetimes) / HOUR:.1f} hours"
 
 
-async def test_an_expired_lock_leaves_the_listing_index_at_the_next_acquire(
+async def test_an_expired_lock_leaves_the_listing_index_at_the_next_acquire_in_its_bucket(
     api, backend, redis_client
 ):
+    """Each acquire prunes its bucket's index (every key a script touches lives in the
+    lock's slot); a listing prunes every bucket it reads."""
     abandoned = Lock("abandoned", backend=backend, timeout=0.1, auto_renew=False)
     assert await api.acquire(abandoned, blocking=False)
     index = keys_of("abandoned").index
@@ -39,7 +42,12 @@ async def test_an_expired_lock_leaves_the_listing_index_at_the_next_acquire(
     await asyncio.sleep(0.2)
     assert redis_client.exists(keys_of("abandoned").lock) == 0  # expired, never released
 
-    other = Lock("other", backend=backend, timeout=LEASE, auto_renew=False)
+    neighbour = next(
+        name
+        for name in (f"other:{i}" for i in range(10_000))
+        if bucket_of(name) == bucket_of("abandoned")
+    )
+    other = Lock(neighbour, backend=backend, timeout=LEASE, auto_renew=False)
     assert await api.acquire(other, blocking=False)
     await api.release(other)
     assert redis_client.zscore(index, "abandoned") is None, "the index keeps an expired lock"

@@ -13,7 +13,7 @@ import contextlib
 import gc
 
 from django_distlock.engine import LockError, process, watchdog
-from django_distlock.engine.core import Hold
+from django_distlock.engine.hold import Hold
 from django_distlock.engine.io import SyncDriver
 from django_distlock.engine.renewal import abandoned_reason, abandoned_release_call, settled
 
