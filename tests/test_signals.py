@@ -92,7 +92,6 @@ def test_each_lock_event_sends_its_signal_with_the_event(redis_client):
     assert acquired.fence == extended.fence == released.fence == fence
     assert contended.fence is None
     assert contended.retry_after > 0
-    # Both count from the start of the acquire: the wait is one round trip of the hold.
     # Both measured, and both within the test (their order depends on the round trips).
     assert 0 < acquired.waited < elapsed
     assert 0 < released.held < elapsed
