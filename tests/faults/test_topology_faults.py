@@ -4,6 +4,7 @@ Sentinel failover. Locks that were not lost must never be held twice."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import threading
 import time
@@ -92,6 +93,52 @@ def test_locks_keep_excluding_each_other_while_their_slot_migrates(private_clust
     assert private_cluster.primary_for_slot(slot) is target
     assert Lock(name, backend=backend).locked() is False
     backend.close()
+
+
+async def test_async_locks_keep_excluding_each_other_while_their_slot_migrates(private_cluster):
+    """The async twin, on the engine's own async connections: redis-py's async cluster
+    client sends ASKING and the redirected command on different connections (8.1), which
+    is why the engine routes every command itself (tests/support/TOPOLOGIES.md)."""
+    backend = Backend(cluster=private_cluster.urls)
+    name = "migrating-async"
+    slot = key_slot(LockKeys.for_name(PREFIX, name).lock.encode())
+    source = private_cluster.primary_for_slot(slot)
+    target = next(node for node in private_cluster.primaries if node is not source)
+    section, stop, errors = Section(), asyncio.Event(), []
+
+    async def contend_async():
+        lock = Lock(name, backend=backend, timeout=5, blocking_timeout=10)
+        while not stop.is_set():
+            try:
+                async with lock:
+                    section.enter(lock.fence)
+                    await asyncio.sleep(0.002)
+                    section.leave()
+            except LockBackendUnavailable as exc:
+                errors.append(exc)
+                await asyncio.sleep(0.05)
+
+    workers = [asyncio.create_task(contend_async()) for _ in range(4)]
+    await asyncio.sleep(0.5)
+    before = section.entries
+
+    def while_migrating(migration):
+        time.sleep(0.3)
+        keys = private_cluster.client().cluster_get_keys_in_slot(slot, 100)
+        migration.move_keys(keys[: len(keys) // 2])
+        time.sleep(0.3)
+
+    await asyncio.to_thread(
+        private_cluster.migrate_slot, slot, target, on_migrating=while_migrating
+    )
+    await asyncio.sleep(0.5)
+    stop.set()
+    await asyncio.wait_for(asyncio.gather(*workers), 30)
+    assert section.violations == 0
+    assert section.entries - before > 50, section.entries
+    assert len(errors) <= 2, errors
+    assert private_cluster.primary_for_slot(slot) is target
+    await backend.aclose()
 
 
 def test_a_crashed_cluster_primary_costs_nothing_to_locks_on_the_others(private_cluster):
