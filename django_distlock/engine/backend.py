@@ -121,6 +121,9 @@ class Backend:
         self._async_source = async_client
         self._lock = threading.Lock()
         self._topology = self._build_topology(client, async_client, cluster)
+        # True once the server is known to hold no lock of the key layout before buckets
+        # (core.claim_layout_steps). A cluster never did: that layout could not run on one.
+        self.layout_claimed = isinstance(self._topology, Cluster)
         self._closers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
             weakref.WeakKeyDictionary()
         )

@@ -17,18 +17,16 @@ import socket
 import time
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from .exceptions import LockError
+from .exceptions import LockBackendUnavailable, LockError
 from .hold import Hold
-from .keys import LockKeys, clean_label
-from .scripts import ACQUIRE, EXTEND, PASS_ON, RELEASE, TTL, WAKE, Script
+from .keys import LockKeys, clean_label, legacy_index_key
+from .scripts import ACQUIRE, CLAIM_LAYOUT, EXTEND, PASS_ON, RELEASE, TTL, WAKE, Script
 from .tuning import Tuning, ms
 
-if TYPE_CHECKING:
-    pass
-
 __all__ = [
+    "LAYOUT_MARKER",
     "Acquired",
     "AwaitWait",
     "Call",
@@ -40,6 +38,7 @@ __all__ = [
     "StartWait",
     "Tuning",
     "acquire_steps",
+    "claim_layout_steps",
     "extend_call",
     "new_token",
     "owner_metadata",
@@ -196,6 +195,35 @@ def replication_report(role: Any) -> str:
 def ttl_call(hold: Hold) -> Call:
     """The script call that reads ``hold``'s remaining lease (``-2``: not held)."""
     return Call(TTL, (hold.keys.lock,), (hold.token,))
+
+
+LAYOUT_MARKER = (
+    "django-distlock: this server's locks use the bucket key layout (PREFIX{bb}:lock:NAME) "
+    "since 0.1.0.dev1; processes of earlier versions must stop"
+)
+
+
+def claim_layout_steps(prefix: str, name: str | None) -> Generator[Op, Any, None]:
+    """Steps that make sure no lock of the key layout before buckets is held under
+    ``prefix`` on a single server (or a Sentinel's primary), and mark the server so that
+    processes running that layout fail instead of taking locks this one cannot see.
+
+    Raises ``LockBackendUnavailable`` (retrying once they are gone works) while such locks
+    are held: the two layouts never take the same name at once.
+    """
+    key = legacy_index_key(prefix)
+    held, remaining_ms = yield Call(CLAIM_LAYOUT, (key,), (LAYOUT_MARKER,))
+    held = int(held)
+    if held:
+        raise LockBackendUnavailable(
+            f"{held} lock{'s are' if held != 1 else ' is'} held under the key layout of "
+            f"django-distlock before 0.1.0.dev1 ({key!r} lists them; the last one's lease "
+            f"ends in {int(remaining_ms) / 1000:.1f} s), by processes still running an "
+            "earlier version. This version cannot see those locks, so it takes none on this "
+            "server until they are gone: stop the processes of the earlier version (see "
+            "'Upgrading' in the README).",
+            name=name,
+        )
 
 
 def owner_metadata(*, thread: str, context: str, auto_renew: bool) -> str:

@@ -31,6 +31,7 @@ from .core import (
     NotAcquired,
     NotReplicated,
     acquire_steps,
+    claim_layout_steps,
     extend_call,
     new_token,
     owner_metadata,
@@ -68,6 +69,14 @@ def _after_release_of(stale: Hold, steps: Any) -> Any:
     fails again the lease runs out, and the acquire says whether Redis answers)."""
     with contextlib.suppress(LockError):
         yield from release_steps(stale.keys, stale.token, stale.backend.tuning.waiter_liveness_ms)
+    return (yield from steps)
+
+
+def _after_layout_claim(backend: Backend, name: str, steps: Any) -> Any:
+    """``steps``, once ``backend``'s server is claimed for the bucket layout (one round
+    trip, the first time a lock of this backend is taken in this process)."""
+    yield from claim_layout_steps(backend.prefix, name)
+    backend.layout_claimed = True
     return (yield from steps)
 
 
@@ -351,6 +360,8 @@ class Lock:
         )
         if stale is not None:
             steps = _after_release_of(stale, steps)
+        if not backend.layout_claimed:
+            steps = _after_layout_claim(backend, self.name, steps)
         return hold, steps
 
     def _replicas(self, backend: Backend) -> tuple[int, int] | None:

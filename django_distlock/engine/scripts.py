@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "ACQUIRE",
+    "CLAIM_LAYOUT",
     "EXTEND",
     "LIST_INDEX",
     "PASS_ON",
@@ -347,5 +348,33 @@ else
   end
 end
 return {now_ms, table.concat(entries, '\0')}
+""",
+)
+
+CLAIM_LAYOUT = Script(
+    "claim_layout",
+    r"""-- claim_layout: mark a server as used by the bucket key layout, unless locks of the
+-- earlier layout (one index for every lock, ``PREFIXindex``) are still held.
+-- KEYS[1] the earlier layout's index (zset: member = lock name, score = lease end, ms)
+-- ARGV[1] the marker stored in its place (a string, so that the earlier layout's
+--         scripts fail with WRONGTYPE instead of taking locks this layout cannot see)
+-- returns {0, 0} when the server is claimed (now or before), or {held, ms} when
+--         `held` locks of the earlier layout are held, the last for `ms` more
+local kind = redis.call('TYPE', KEYS[1])['ok']
+if kind == 'string' then return {0, 0} end
+if kind == 'zset' then
+  local now = redis.call('TIME')
+  local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+  local held = redis.call('ZCOUNT', KEYS[1], now_ms, '+inf')
+  if held > 0 then
+    local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+    return {held, math.floor(tonumber(last[2]) - now_ms)}
+  end
+  redis.call('DEL', KEYS[1])
+elseif kind ~= 'none' then
+  return redis.error_reply('DISTLOCK ' .. KEYS[1] .. ' is a ' .. kind .. ', not a lock index')
+end
+redis.call('SET', KEYS[1], ARGV[1])
+return {0, 0}
 """,
 )
