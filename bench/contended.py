@@ -14,6 +14,10 @@ Timestamps per acquisition (``time.monotonic_ns``): ``call`` (acquire called), `
 to give it back and the next holder running. Only acquisitions that started inside the
 measurement window count for throughput and fairness (a process starved for the whole
 window still gets the lock once the others stop, but that does not count).
+
+The same scenario runs on one server or on a local cluster (``impls.Target``): there the
+critical section's counter and owner keys are plain keys wherever the cluster puts them,
+read and written through a ``RedisCluster`` client.
 """
 
 from __future__ import annotations
@@ -27,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import impls
-import redis
 from stats import percentile
 
 HANG_GRACE = 30.0  # seconds past the window before a worker is declared hung
@@ -35,7 +38,7 @@ HANG_GRACE = 30.0  # seconds past the window before a worker is declared hung
 
 def worker(
     key: str,
-    port: int,
+    target: impls.Target,
     wid: int,
     duration: float,
     lock_name: str,
@@ -49,8 +52,8 @@ def worker(
     errors: list[str] = []
     overlaps = 0
     try:
-        handle = impls.make(key, port, lock_name)
-        plain = redis.Redis(host=impls.HOST, port=port)  # critical section; not counted
+        handle = impls.make(key, target, lock_name)
+        plain = impls.plain_client(target)  # critical section; not counted
         plain.ping()
         counter_key, owner_key = f"bench:counter:{lock_name}", f"bench:owner:{lock_name}"
         barrier.wait(timeout=120)
@@ -130,7 +133,9 @@ class Run:
         return 100 * (busiest - min(self.per_worker)) / busiest if busiest else float("nan")
 
 
-def run(ctx: Any, key: str, port: int, *, workers: int, duration: float, tag: str) -> Run:
+def run(
+    ctx: Any, key: str, target: impls.Target, *, workers: int, duration: float, tag: str
+) -> Run:
     """Start ``workers`` processes on one lock and merge what they measured."""
     lock_name = f"contended:{key}:{tag}"
     barrier = ctx.Barrier(workers)
@@ -138,7 +143,7 @@ def run(ctx: Any, key: str, port: int, *, workers: int, duration: float, tag: st
     processes = [
         ctx.Process(
             target=worker,
-            args=(key, port, wid, duration, lock_name, barrier, results),
+            args=(key, target, wid, duration, lock_name, barrier, results),
             name=f"bench-{key}-{wid}",
         )
         for wid in range(workers)
@@ -184,9 +189,9 @@ def run(ctx: Any, key: str, port: int, *, workers: int, duration: float, tag: st
     records.sort()
     outcome.total_acquisitions = len(records)
     outcome.acquisitions = sum(outcome.per_worker)
-    outcome.counter = int(
-        redis.Redis(host=impls.HOST, port=port).get(f"bench:counter:{lock_name}") or 0
-    )
+    reader = impls.plain_client(target)
+    outcome.counter = int(reader.get(f"bench:counter:{lock_name}") or 0)
+    reader.close()
     outcome.lost_updates = max(0, outcome.total_acquisitions - outcome.counter)
     latest_leave = 0
     for (got, _, wid, call, _), (_, p_leave, p_wid, _, p_done) in zip(

@@ -9,6 +9,8 @@ reported lateness is an upper bound, too high by at most the holder's acquire ca
 
 A waiter that gets the lock *before* the lease end (by more than that call) would be a
 mutual-exclusion violation and is reported as such.
+
+Trials run on one server or a local cluster (``impls.Target``), interleaved.
 """
 
 from __future__ import annotations
@@ -26,20 +28,33 @@ from stats import median
 KILL_AFTER = 0.25  # seconds the waiter waits before the holder is killed
 
 
-def _warm(key: str, port: int, name: str, lease: float) -> impls.Handle:
-    """A handle whose client is connected and has the scripts loaded: one cycle on
-    another lock name first, so that timing the real acquire measures one round trip."""
-    client = impls.make_client(port)
-    warm = impls.make(key, port, f"{name}:warm-up", lease, renew=False, client=client)
+def _warm(key: str, target: impls.Target, name: str, lease: float) -> impls.Handle:
+    """A handle of lock ``name`` whose connections are open and scripts loaded: two
+    cycles of the same handle on the same name first (only the holder can: the waiter's
+    lock is held by then), so that timing the holder's acquire measures one round trip.
+    The handle's own backend is warmed: our engine talks on connections of its own,
+    and on a cluster to the node of the lock's slot, which another name may not reach."""
+    handle = impls.make(key, target, name, lease, renew=False)
+    for _ in range(2):
+        if handle.acquire():
+            handle.release()
+    return handle
+
+
+def _warm_elsewhere(key: str, target: impls.Target, name: str, lease: float) -> impls.Handle:
+    """A handle of lock ``name`` whose client is connected: one cycle on another name
+    with the same client first (the waiter's own lock is held meanwhile)."""
+    client = impls.make_client(target)
+    warm = impls.make(key, target, f"{name}:warm-up", lease, renew=False, client=client)
     for _ in range(2):
         if warm.acquire():
             warm.release()
-    return impls.make(key, port, name, lease, renew=False, client=client)
+    return impls.make(key, target, name, lease, renew=False, client=client)
 
 
-def holder(key: str, port: int, name: str, lease: float, conn: Any) -> None:
+def holder(key: str, target: impls.Target, name: str, lease: float, conn: Any) -> None:
     try:
-        handle = _warm(key, port, name, lease)
+        handle = _warm(key, target, name, lease)
         before = time.monotonic_ns()
         ok = handle.acquire()
         after = time.monotonic_ns()
@@ -50,9 +65,9 @@ def holder(key: str, port: int, name: str, lease: float, conn: Any) -> None:
     time.sleep(lease + 60)  # holding until SIGKILLed
 
 
-def waiter(key: str, port: int, name: str, lease: float, conn: Any) -> None:
+def waiter(key: str, target: impls.Target, name: str, lease: float, conn: Any) -> None:
     try:
-        handle = _warm(key, port, name, lease)
+        handle = _warm_elsewhere(key, target, name, lease)
         conn.send(("waiting", time.monotonic_ns()))
         ok = handle.acquire()
         got = time.monotonic_ns()
@@ -88,11 +103,13 @@ def _recv(conn: Any, timeout: float, what: str) -> tuple[Any, ...]:
     return message
 
 
-def trial(ctx: Any, key: str, port: int, lease: float, name: str, result: Result) -> None:
+def trial(
+    ctx: Any, key: str, target: impls.Target, lease: float, name: str, result: Result
+) -> None:
     holder_conn, holder_end = ctx.Pipe()
     waiter_conn, waiter_end = ctx.Pipe()
-    h = ctx.Process(target=holder, args=(key, port, name, lease, holder_end), name="holder")
-    w = ctx.Process(target=waiter, args=(key, port, name, lease, waiter_end), name="waiter")
+    h = ctx.Process(target=holder, args=(key, target, name, lease, holder_end), name="holder")
+    w = ctx.Process(target=waiter, args=(key, target, name, lease, waiter_end), name="waiter")
     try:
         h.start()
         _, ok, before, after = _recv(holder_conn, 30, "holder acquired")
@@ -124,11 +141,15 @@ def trial(ctx: Any, key: str, port: int, lease: float, name: str, result: Result
                 process.join(timeout=10)
 
 
-def run(ctx: Any, keys: list[str], port: int, *, trials: int, lease: float) -> dict[str, Result]:
-    """``trials`` crashed holders per implementation, interleaved across implementations."""
-    results = {key: Result(key) for key in keys}
+def run(
+    ctx: Any, entries: list[tuple[str, impls.Target]], *, trials: int, lease: float
+) -> dict[tuple[str, str], Result]:
+    """``trials`` crashed holders per (implementation, target), interleaved across them;
+    results keyed by (target kind, implementation)."""
+    results = {(target.kind, key): Result(key) for key, target in entries}
     for t in range(trials):
-        order = keys[t % len(keys) :] + keys[: t % len(keys)]
-        for key in order:
-            trial(ctx, key, port, lease, f"crash:{key}:{t}", results[key])
+        order = entries[t % len(entries) :] + entries[: t % len(entries)]
+        for key, target in order:
+            name = f"crash:{target.kind}:{key}:{t}"
+            trial(ctx, key, target, lease, name, results[(target.kind, key)])
     return results
