@@ -26,7 +26,7 @@ from .engine.exceptions import (
 if TYPE_CHECKING:
     from .fencing import FencedQuerySet, FenceField, StaleFence
     from .lockedcommand import LockedCommand, LockedCommandMixin
-    from .locks import distlock
+    from .locks import distlock, distlock_many
     from .views import LockViewMixin, lock_view
 
 __all__ = [
@@ -44,11 +44,13 @@ __all__ = [
     "LockedCommandMixin",
     "StaleFence",
     "distlock",
+    "distlock_many",
     "lock_view",
 ]
 
 _LAZY = {
     "distlock": ".locks",
+    "distlock_many": ".locks",
     "lock_view": ".views",
     "LockViewMixin": ".views",
     "LockedCommand": ".lockedcommand",

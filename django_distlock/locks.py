@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterable
 from typing import Any
 
 from .connections import get_backend
-from .engine import Lock
+from .engine import Lock, LockGroup
 
-__all__ = ["distlock"]
+__all__ = ["distlock", "distlock_many"]
 
 
 def distlock(name: str, **options: Any) -> Lock:
@@ -31,6 +32,26 @@ def distlock(name: str, **options: Any) -> Lock:
     if "backend" in options:
         raise TypeError("distlock() takes its backend from the settings; use Lock(backend=...)")
     return Lock(name, backend=get_backend, **options)
+
+
+def distlock_many(names: Iterable[str], **options: Any) -> LockGroup:
+    """Exclusive locks on several names at once, all or none, on the Redis of the
+    ``DISTLOCK`` settings::
+
+        with distlock_many([f"account:{src}", f"account:{dst}"], blocking_timeout=5) as group:
+            transfer(src, dst, amount, fences=group.fences)
+
+    The names may come in any order: they are taken in one global order, so two callers
+    passing the same names in different orders never deadlock. ``options`` are those of
+    :class:`django_distlock.engine.LockGroup` (``timeout``, ``blocking``,
+    ``blocking_timeout``, ``auto_renew``, ``on_lost``, ``context``, ``raise_on_lost``).
+    See docs/kinds.md for what it promises on a single server and on a Cluster.
+    """
+    if "backend" in options:
+        raise TypeError(
+            "distlock_many() takes its backend from the settings; use LockGroup(backend=...)"
+        )
+    return LockGroup(names, backend=get_backend, **options)
 
 
 # What help(), IDEs and the docs' signature checks show: Lock's own options, one source.

@@ -23,6 +23,7 @@ DESIGN_EXPORTS = {
     # Not in DESIGN's list: an error reply is not an outage (issue 9, item 8).
     "LockBackendError",
     "LockNotReplicated",  # DESIGN "Details decided (turn 2)"
+    "distlock_many",  # DESIGN "Details decided (turn 2)", lock kinds
 }
 
 

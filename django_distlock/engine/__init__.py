@@ -22,6 +22,7 @@ from .exceptions import (
 from .keys import MAX_CONTEXT_LENGTH, MAX_NAME_LENGTH, MAX_SECONDS, LockKeys, validate_name
 from .listing import Listing, LockQuery, Page
 from .lock import Lock
+from .many import LockGroup
 from .records import LockRecord
 from .templates import NameTemplate, TemplateError
 from .tuning import Tuning
@@ -37,6 +38,7 @@ __all__ = [
     "LockBackendError",
     "LockBackendUnavailable",
     "LockError",
+    "LockGroup",
     "LockKeys",
     "LockLost",
     "LockNotAcquired",

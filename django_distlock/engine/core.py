@@ -22,12 +22,30 @@ from typing import Any
 from .exceptions import LockBackendUnavailable, LockError
 from .hold import Hold
 from .keys import LockKeys, clean_label, legacy_index_key
-from .scripts import ACQUIRE, CLAIM_LAYOUT, EXTEND, PASS_ON, RELEASE, TTL, WAKE, Script
+from .scripts import (
+    ACQUIRE,
+    CLAIM_LAYOUT,
+    EXTEND,
+    HOLDER_ACQUIRE,
+    HOLDER_EXTEND,
+    HOLDER_RELEASE,
+    HOLDER_TTL,
+    MANY_ACQUIRE,
+    PASS_ON,
+    RELEASE,
+    TTL,
+    WAKE,
+    Script,
+)
 from .tuning import Tuning, ms
 
 __all__ = [
+    "EXCLUSIVE",
     "LAYOUT_MARKER",
+    "LIMITED",
+    "SHARED",
     "Acquired",
+    "AcquiredMany",
     "AwaitWait",
     "Call",
     "CallEndingWait",
@@ -37,9 +55,12 @@ __all__ = [
     "Replicated",
     "StartWait",
     "Tuning",
+    "acquire_many_steps",
     "acquire_steps",
     "claim_layout_steps",
     "extend_call",
+    "holder_member",
+    "kind_label",
     "new_token",
     "owner_metadata",
     "release_call",
@@ -126,6 +147,16 @@ class Acquired:
 
 
 @dataclass(slots=True)
+class AcquiredMany:
+    """Several locks were taken at once: their fences (in the order of the keys given),
+    the server time they were taken at, and when the successful request was sent."""
+
+    fences: list[int]
+    acquired_at_us: int
+    sent_at: float
+
+
+@dataclass(slots=True)
 class NotReplicated:
     """The lock was taken, then given back: only ``acknowledged`` of ``required``
     replicas confirmed it in time."""
@@ -143,22 +174,54 @@ class NotAcquired:
     retry_after: float | None
 
 
+EXCLUSIVE = "exclusive"
+"""A hold nobody else may have at the same time (the default)."""
+SHARED = "shared"
+"""A shared (read) hold: any number at once, none together with an exclusive one."""
+LIMITED = "limited"
+"""One of at most ``limit`` holds at once."""
+
+
+def kind_label(mode: str, limit: int) -> str:
+    """How the scripts name a lock held by several holders: ``"shared"``, ``"limited N"``."""
+    return SHARED if mode == SHARED else f"{LIMITED} {limit}"
+
+
+def holder_member(name: str, token: str) -> str:
+    """A shared or limited hold's entry in its bucket's index: ``name NUL token`` (names
+    never hold NUL)."""
+    return f"{name}\x00{token}"
+
+
 def extend_call(hold: Hold, seconds: float, mode: str) -> Call:
     """The script call that changes ``hold``'s lease: ``mode`` ``"add"`` adds ``seconds``,
     ``"set"`` sets it to ``seconds``, ``"renew"`` raises it to at least ``seconds``."""
     keys = hold.keys
+    if hold.mode != EXCLUSIVE:
+        member = holder_member(hold.name, hold.token)
+        return Call(
+            HOLDER_EXTEND,
+            (keys.lock, keys.holder_index, keys.holders),
+            (hold.token, ms(seconds), member, mode),
+        )
     return Call(EXTEND, (keys.lock, keys.index), (hold.token, ms(seconds), hold.name, mode))
 
 
-def release_call(keys: LockKeys, token: str, liveness_ms: int) -> Call:
-    """The script call that releases the lock of ``keys`` if it still holds ``token``."""
+def release_call(keys: LockKeys, token: str, liveness_ms: int, mode: str = EXCLUSIVE) -> Call:
+    """The script call that releases the lock of ``keys`` if it still holds ``token``
+    (held as ``mode``)."""
+    if mode != EXCLUSIVE:
+        member = holder_member(keys.name, token)
+        return Call(HOLDER_RELEASE, keys.of_holders(), (token, member, liveness_ms))
     return Call(RELEASE, keys.all(), (token, keys.name, liveness_ms))
 
 
-def release_steps(keys: LockKeys, token: str, liveness_ms: int) -> Generator[Op, Any, bool]:
-    """Steps to release the lock of ``keys`` held with ``token``: ``True`` when it was
-    held and is released (a fair waiter whose turn it now is gets woken)."""
-    reply = yield release_call(keys, token, liveness_ms)
+def release_steps(
+    keys: LockKeys, token: str, liveness_ms: int, mode: str = EXCLUSIVE
+) -> Generator[Op, Any, bool]:
+    """Steps to release the lock of ``keys`` held with ``token`` (as ``mode``): ``True``
+    when it was held and is released (a fair waiter whose turn it now is gets woken)."""
+    reply = yield release_call(keys, token, liveness_ms, mode)
     yield from _wake(keys, reply[1], liveness_ms)
     return int(reply[0]) == 1
 
@@ -194,7 +257,7 @@ def replication_report(role: Any) -> str:
 
 def ttl_call(hold: Hold) -> Call:
     """The script call that reads ``hold``'s remaining lease (``-2``: not held)."""
-    return Call(TTL, (hold.keys.lock,), (hold.token,))
+    return Call(HOLDER_TTL if hold.mode != EXCLUSIVE else TTL, (hold.keys.lock,), (hold.token,))
 
 
 LAYOUT_MARKER = (
@@ -262,6 +325,8 @@ def acquire_steps(
     deadline: float | None,
     tuning: Tuning,
     replicas: tuple[int, int] | None = None,
+    mode: str = EXCLUSIVE,
+    limit: int = 1,
 ) -> Generator[Op, Any, Acquired | NotAcquired | NotReplicated]:
     """Steps to take a lock, waiting (until the monotonic ``deadline``, or forever when
     it is ``None``) if ``blocking``.
@@ -275,27 +340,37 @@ def acquire_steps(
     noticed within about one round trip. If the steps are interrupted (an error, a
     cancelled task, ``KeyboardInterrupt``) at any point after the acquire script may have
     run, the lock is given back before the interruption propagates.
+
+    ``mode`` :data:`SHARED` takes a shared hold, :data:`LIMITED` one of ``limit``; a lock
+    held as another kind raises ``LockError``.
     """
     waiter = token[:16] if blocking else ""
-    all_keys = keys.all(waiter)
     wait_keys = (keys.wake(waiter),) if fair else (keys.wake(waiter), keys.signal)
     liveness_ms = tuning.waiter_liveness_ms
+    if mode == EXCLUSIVE:
+        script, all_keys, member, extra = ACQUIRE, keys.all(waiter), name, ()
+    else:
+        script, all_keys = HOLDER_ACQUIRE, keys.of_holders(waiter)
+        member = holder_member(name, token)
+        extra = (kind_label(mode, limit), limit if mode == LIMITED else 0)
     args = (
         token,
         ms(lease),
         owner,
-        name,
+        member,
         tuning.fence_memory_ms,
         waiter,
         liveness_ms,
         "1" if fair else "0",
         "",
+        *extra,
     )
-    ending_args = (*args[:-1], "1")
+    ending_args = (*args[:8], "1", *extra)
     queued_as = waiter if fair else ""
     waiting = False  # a BLPOP is outstanding
     consumed = False  # a wake-up reached us that we did not turn into the lock
     enqueued = False
+    writer = False  # we wait among the writers of a lock held shared
     may_hold = False  # the acquire script may have run without us seeing its reply
     timer_fired = False
     try:
@@ -306,19 +381,22 @@ def acquire_steps(
                 # The holder's lease (or the re-check interval) is over: try again, and
                 # end the BLPOP in the same round trip.
                 waiting = False
-                reply, woken = yield CallEndingWait(Call(ACQUIRE, all_keys, ending_args, replicas))
+                reply, woken = yield CallEndingWait(Call(script, all_keys, ending_args, replicas))
                 consumed = consumed or woken
             else:
-                reply = yield Call(ACQUIRE, all_keys, args, replicas)
+                reply = yield Call(script, all_keys, args, replicas)
             acknowledged = None
             if type(reply) is Replicated:
                 reply, acknowledged = reply.reply, reply.acknowledged
             may_hold = False
-            if reply[0] == 1:
+            status = int(reply[0])
+            if status == -1:
+                raise LockError(_other_kind(name, mode, limit, reply[1]), name=name)
+            if status == 1:
                 if replicas is not None and acknowledged is not None and acknowledged < replicas[0]:
                     # Not on enough replicas: a failover now could forget it. Give it back.
                     may_hold = True
-                    yield from release_steps(keys, token, liveness_ms)
+                    yield from release_steps(keys, token, liveness_ms, mode)
                     may_hold = consumed = enqueued = False
                     return NotReplicated(acknowledged, replicas[0], replicas[1])
                 acquired = Acquired(int(reply[1]), int(reply[2]), sent_at)
@@ -326,10 +404,19 @@ def acquire_steps(
                 # No wait is outstanding here (a re-check after the timer ends it in the
                 # same step), the acquire script took us off the queue, and a wake-up we
                 # consumed was used: nothing to clean up or hand on.
-                consumed = enqueued = False
+                consumed = enqueued = writer = False
+                if len(reply) > 3 and reply[3]:
+                    # A shared hold or a free slot may let the next waiter in too.
+                    yield from _wake(keys, reply[3], liveness_ms)
                 return acquired
             wait_ms = int(reply[1])
             enqueued = enqueued or (blocking and fair)
+            if not writer and len(reply) > 3 and reply[3] in (b"1", "1"):
+                # Waiting among the writers of a lock held shared: taking it (or leaving)
+                # takes us off that list.
+                writer = True
+                args = (*args[:9], "1")
+                ending_args = (*ending_args[:9], "1")
             if reply[2] and reply[2] not in (waiter, waiter.encode()):
                 yield from _wake(keys, reply[2], liveness_ms)
             remaining = math.inf if deadline is None else deadline - time.monotonic()
@@ -356,25 +443,173 @@ def acquire_steps(
         if may_hold:
             # Only our own token is deleted, so this is safe even if the script never ran.
             with contextlib.suppress(LockError):
-                yield from release_steps(keys, token, liveness_ms)
+                yield from release_steps(keys, token, liveness_ms, mode)
         raise
     finally:
         # Leaving without the lock (or on error): end the wait and hand on any wake-up
         # we consumed, so the next waiter is not left sleeping until its own timer.
+        writer_id = waiter if writer else ""
         try:
             if waiting:
                 waiting = False
                 handed_on = "1" if consumed else "0"
                 reply, woken = yield CallEndingWait(
-                    Call(PASS_ON, all_keys, (queued_as, liveness_ms, handed_on, "1"))
+                    Call(PASS_ON, all_keys, (queued_as, liveness_ms, handed_on, "1", writer_id))
                 )
                 yield from _wake(keys, reply[1], liveness_ms)
                 if woken:
-                    reply = yield Call(PASS_ON, all_keys, ("", liveness_ms, "1", ""))
+                    reply = yield Call(PASS_ON, all_keys, ("", liveness_ms, "1", "", ""))
                     yield from _wake(keys, reply[1], liveness_ms)
-            elif consumed or enqueued:
+            elif consumed or enqueued or writer:
                 handed_on = "1" if consumed else "0"
-                reply = yield Call(PASS_ON, all_keys, (queued_as, liveness_ms, handed_on, ""))
+                reply = yield Call(
+                    PASS_ON, all_keys, (queued_as, liveness_ms, handed_on, "", writer_id)
+                )
+                yield from _wake(keys, reply[1], liveness_ms)
+        except LockError:
+            pass
+
+
+def _other_kind(name: str, mode: str, limit: int, held_as: Any) -> str:
+    """Why a lock held as another kind cannot be taken as ``mode``."""
+    held = held_as.decode() if isinstance(held_as, bytes) else str(held_as)
+    wanted = {EXCLUSIVE: "exclusively", SHARED: "shared"}.get(mode, f"with limit={limit}")
+    if held.startswith(LIMITED):
+        held = f"a limited lock (limit={held.split()[-1]})"
+    elif held in (SHARED, EXCLUSIVE):
+        held = "shared" if held == SHARED else "an exclusive lock"
+    else:
+        held = f"a Redis {held}, not by this package"
+    return (
+        f"lock {name!r} is held as {held}; it cannot be taken {wanted}: one name is used "
+        "with one kind (shared and exclusive holds of the same name are the exception)"
+    )
+
+
+def acquire_many_steps(
+    *,
+    groups: list[list[LockKeys]],
+    token: str,
+    lease: float,
+    owner: str,
+    blocking: bool,
+    deadline: float | None,
+    tuning: Tuning,
+) -> Generator[Op, Any, AcquiredMany | NotAcquired]:
+    """Steps to take the exclusive locks of ``groups`` with one token, all or none.
+
+    Each group is taken by one script, atomically (a single server: one group; a
+    cluster: a group per bucket, the keys of one script sharing a slot). Groups are
+    taken in the order given, which every caller makes the same global order, and a
+    group that stays busy past the deadline gives back the groups taken before it: no
+    two callers can each hold what the other waits for, so nobody deadlocks. While a
+    group is busy the caller holds none of *its* locks and waits, notified, for the one
+    that was busy.
+    """
+    taken: list[list[LockKeys]] = []
+    fences: list[int] = []
+    acquired_at_us = 0
+    sent_at = 0.0
+    current: list[LockKeys] | None = None
+    try:
+        for group in groups:
+            current = group
+            outcome = yield from _acquire_group(
+                group, token, lease, owner, blocking, deadline, tuning
+            )
+            current = None
+            if type(outcome) is NotAcquired:
+                yield from _release_groups(taken, token, tuning)
+                taken = []
+                return outcome
+            taken.append(group)
+            group_fences, group_at, group_sent = outcome
+            fences.extend(group_fences)
+            acquired_at_us = acquired_at_us or group_at
+            sent_at = sent_at or group_sent
+        return AcquiredMany(fences, acquired_at_us, sent_at)
+    except BaseException:
+        # Only our own token is deleted, so this is safe for a group never taken.
+        with contextlib.suppress(LockError):
+            yield from _release_groups([*taken, *([current] if current else [])], token, tuning)
+        raise
+
+
+def _release_groups(
+    groups: list[list[LockKeys]], token: str, tuning: Tuning
+) -> Generator[Op, Any, None]:
+    for group in reversed(groups):
+        for keys in group:
+            yield from release_steps(keys, token, tuning.waiter_liveness_ms)
+
+
+def _acquire_group(
+    group: list[LockKeys],
+    token: str,
+    lease: float,
+    owner: str,
+    blocking: bool,
+    deadline: float | None,
+    tuning: Tuning,
+) -> Generator[Op, Any, tuple[list[int], int, float] | NotAcquired]:
+    """Steps to take one group (one script); see :func:`acquire_many_steps`."""
+    waiter = token[:16] if blocking else ""
+    liveness_ms = tuning.waiter_liveness_ms
+    lock_keys = tuple(
+        key for keys in group for key in (keys.lock, keys.fence, keys.waiters, keys.index)
+    )
+    names = tuple(keys.name for keys in group)
+    base = (token, ms(lease), owner, tuning.fence_memory_ms, liveness_ms if waiter else "")
+    waited_on: LockKeys | None = None  # whose BLPOP is outstanding
+    consumed_from: LockKeys | None = None  # a wake-up we consumed and did not use
+    timer_fired = False
+    try:
+        while True:
+            sent_at = time.monotonic()
+            if waited_on is not None and timer_fired:
+                call = Call(
+                    MANY_ACQUIRE, (*lock_keys, waited_on.wake(waiter)), (*base, "1", *names)
+                )
+                reply, woken = yield CallEndingWait(call)
+                if woken:
+                    consumed_from = waited_on
+                waited_on = None
+            else:
+                reply = yield Call(MANY_ACQUIRE, (*lock_keys, group[0].lock), (*base, "", *names))
+            if int(reply[0]) == 1:
+                consumed_from = None
+                return [int(fence) for fence in reply[2:]], int(reply[1]), sent_at
+            wait_ms = int(reply[1])
+            busy = group[int(reply[2]) - 1]
+            remaining = math.inf if deadline is None else deadline - time.monotonic()
+            if not blocking or remaining <= 0:
+                return NotAcquired(wait_ms / 1000 if wait_ms >= 0 else None)
+            if timer_fired and consumed_from is not None:
+                timer_fired = False  # woken as the timer fired: try again at once
+                consumed_from = None
+                continue
+            yield StartWait((busy.wake(waiter), busy.signal))
+            waited_on = busy
+            timer = tuning.wait_cap if wait_ms < 0 else (wait_ms + 1) / 1000
+            wake_at = sent_at + min(timer, tuning.wait_cap, max(remaining, 0.0))
+            woken = yield AwaitWait(max(0.0, wake_at - time.monotonic()))
+            timer_fired = not woken
+            if woken:
+                waited_on = None
+                consumed_from = busy
+    finally:
+        # Leaving without the group: end the wait, and hand on a wake-up we consumed.
+        try:
+            if waited_on is not None:
+                keys, waited_on = waited_on, None
+                reply, woken = yield CallEndingWait(
+                    Call(PASS_ON, keys.all(waiter), ("", liveness_ms, "0", "1", ""))
+                )
+                if woken:
+                    consumed_from = keys
+            if consumed_from is not None:
+                keys, consumed_from = consumed_from, None
+                reply = yield Call(PASS_ON, keys.all(), ("", liveness_ms, "1", "", ""))
                 yield from _wake(keys, reply[1], liveness_ms)
         except LockError:
             pass

@@ -40,6 +40,12 @@ class Hold:
         default=lambda: None, repr=False
     )
     """A weak reference to what tells the holder that the lock was lost."""
+    mode: str = "exclusive"
+    """``"exclusive"``, ``"shared"`` or ``"limited"`` (see :mod:`.core`)."""
+    limit: int = 1
+    """How many may hold the lock at once (``0`` for a shared hold: any number)."""
+    depth: int = 1
+    """How many times its owner has taken it (re-entrant locks); released at 0."""
     fence: int = 0
     acquired_at: float = 0.0
     """Server time (epoch seconds) the lock was taken."""

@@ -14,17 +14,20 @@ from typing import Any
 __all__ = [
     "BUCKETS",
     "MAX_CONTEXT_LENGTH",
+    "MAX_LIMIT",
     "MAX_NAME_LENGTH",
     "MAX_REPLICAS",
     "MAX_SECONDS",
     "LockKeys",
     "bucket_of",
     "clean_label",
+    "holder_index_keys",
     "index_key",
     "index_keys",
     "legacy_index_key",
     "lock_key",
     "validate_context",
+    "validate_limit",
     "validate_name",
     "validate_prefix",
     "validate_replicas",
@@ -139,6 +142,20 @@ def _shown(value: int | float) -> str:
     return repr(value)
 
 
+MAX_LIMIT = 10_000
+"""The most holders a limited lock may admit at once (``limit``)."""
+
+
+def validate_limit(value: Any, argument: str = "limit") -> int:
+    """Return ``value`` if it is a usable holder limit (an ``int``, 1 to 10,000), else
+    raise ``TypeError``/``ValueError`` naming ``argument``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{argument} must be an int, not {type(value).__name__}")
+    if not 1 <= value <= MAX_LIMIT:
+        raise ValueError(f"{argument} must be between 1 and {MAX_LIMIT:,}, not {value}")
+    return value
+
+
 def validate_replicas(value: Any, argument: str) -> int:
     """Return ``value`` if it is a usable count of replicas to wait for (an ``int``, 0
     to 64), else raise ``TypeError``/``ValueError`` naming ``argument``."""
@@ -190,6 +207,11 @@ def index_keys(prefix: str) -> tuple[str, ...]:
     return tuple(f"{prefix}{tag}:index" for tag in _BUCKET_TAGS)
 
 
+def holder_index_keys(prefix: str) -> tuple[str, ...]:
+    """Every bucket's listing index of shared and limited holds, in bucket order."""
+    return tuple(f"{prefix}{tag}:holder-index" for tag in _BUCKET_TAGS)
+
+
 def legacy_index_key(prefix: str) -> str:
     """The one listing index of the key layout before buckets (``PREFIXindex``, versions
     up to 0.1.0.dev0). A server used by this layout holds a marker string there instead
@@ -228,6 +250,13 @@ class LockKeys:
     queue: str
     queue_deadlines: str
     signal: str
+    holders: str
+    """Shared and limited holds: each holder's fence, start, lease and owner by token
+    (while the lock key is a sorted set of tokens; see :mod:`.scripts`)."""
+    writers: str
+    """Exclusive waiters of a lock held shared, who go before new shared holders."""
+    holder_index: str
+    """The bucket's listing index of shared and limited holds (member: name NUL token)."""
     bucket: int
     name: str
     tag_prefix: str
@@ -245,14 +274,18 @@ class LockKeys:
             queue=f"{base}queue:{name}",
             queue_deadlines=f"{base}queue-deadlines:{name}",
             signal=f"{base}signal:{name}",
+            holders=f"{base}holders:{name}",
+            writers=f"{base}writers:{name}",
+            holder_index=f"{base}holder-index",
             bucket=bucket,
             name=name,
             tag_prefix=base,
         )
 
     def all(self, waiter: str = "") -> tuple[str, ...]:
-        """The keys a lock script takes: the six of the lock, then ``waiter``'s own
-        wake-up list (or the shared signal list when there is no waiter)."""
+        """The keys a lock script takes (``KEYS[1..10]``): the six of the lock, then
+        ``waiter``'s own wake-up list (or the shared signal list when there is no
+        waiter), the signal list, the holders' hash and the waiting writers."""
         return (
             self.lock,
             self.fence,
@@ -262,7 +295,15 @@ class LockKeys:
             self.queue_deadlines,
             self.wake(waiter) if waiter else self.signal,
             self.signal,
+            self.holders,
+            self.writers,
         )
+
+    def of_holders(self, waiter: str = "") -> tuple[str, ...]:
+        """The keys of a shared or limited hold's scripts: :meth:`all`, with the
+        bucket's index of such holds as ``KEYS[4]``."""
+        keys = self.all(waiter)
+        return (*keys[:3], self.holder_index, *keys[4:])
 
     def wake(self, waiter: str) -> str:
         """The wake-up list of waiter ``waiter`` (an id of 16 hex digits): a fair waiter

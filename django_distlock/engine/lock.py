@@ -25,7 +25,10 @@ from typing import Any, NoReturn, ParamSpec, TypeVar, overload
 from . import process
 from .backend import Backend, Event, logger
 from .core import (
+    EXCLUSIVE,
     HOSTNAME,
+    LIMITED,
+    SHARED,
     Acquired,
     Call,
     NotAcquired,
@@ -42,7 +45,14 @@ from .core import (
 from .exceptions import LockError, LockLost, LockNotAcquired, LockNotOwned, LockNotReplicated
 from .hold import Hold
 from .io import AsyncDriver, SyncDriver, completed
-from .keys import LockKeys, validate_context, validate_name, validate_replicas, validate_seconds
+from .keys import (
+    LockKeys,
+    validate_context,
+    validate_limit,
+    validate_name,
+    validate_replicas,
+    validate_seconds,
+)
 from .ownership import current_task_or_thread, owner_label, run_on_loop_of, running_task
 from .templates import NameTemplate
 from .tuning import ms
@@ -68,7 +78,9 @@ def _after_release_of(stale: Hold, steps: Any) -> Any:
     """``steps``, after giving back ``stale``'s token (a failed release, retried; if it
     fails again the lease runs out, and the acquire says whether Redis answers)."""
     with contextlib.suppress(LockError):
-        yield from release_steps(stale.keys, stale.token, stale.backend.tuning.waiter_liveness_ms)
+        yield from release_steps(
+            stale.keys, stale.token, stale.backend.tuning.waiter_liveness_ms, stale.mode
+        )
     return (yield from steps)
 
 
@@ -108,6 +120,16 @@ def _check_bool(value: Any, argument: str, *, optional: bool = False) -> Any:
     raise TypeError(f"{argument} must be a bool, not {type(value).__name__}")
 
 
+_reentered: weakref.WeakKeyDictionary[Any, dict[tuple[int, str, str], Hold]] = (
+    weakref.WeakKeyDictionary()
+)
+"""The re-entrant holds of each owner (thread or task), by backend and name."""
+
+
+def _reentry_key(backend: Backend, name: str) -> tuple[int, str, str]:
+    return (id(backend), backend.prefix, name)
+
+
 class Lock:
     """A distributed lock on one Redis key, usable from sync and async code.
 
@@ -132,7 +154,14 @@ class Lock:
     child) neither sees nor releases it; ``asyncio.wait_for``, ``gather``, ``shield``
     or ``create_task`` around ``aacquire()`` give it to the task that called
     ``aacquire()``. A hold whose owner ends without releasing it is released by the
-    watchdog and reported lost. Locks are not re-entrant.
+    watchdog and reported lost.
+
+    Kinds (at most one of these; see docs/kinds.md): ``limit=N`` lets up to N holders
+    in at once, each with its own token, fence and lease (``limit=1`` is the plain
+    exclusive lock); ``shared=True`` takes a shared (read) hold, which excludes and is
+    excluded by exclusive holds of the same name, a waiting exclusive holder going
+    before new shared ones; ``reentrant=True`` lets the owner take it again (any
+    ``Lock`` of the same name and backend), freed once released as many times.
     """
 
     def __init__(
@@ -149,8 +178,26 @@ class Lock:
         fair: bool = False,
         raise_on_lost: bool = True,
         min_replicas: int | None = None,
+        limit: int | None = None,
+        shared: bool = False,
+        reentrant: bool = False,
     ) -> None:
         self.name = validate_name(name)
+        self.limit = None if limit is None else validate_limit(limit)
+        self.shared = _check_bool(shared, "shared")
+        self.reentrant = _check_bool(reentrant, "reentrant")
+        kinds = {"limit": limit is not None, "shared": shared, "reentrant": reentrant}
+        chosen = [option for option, on in kinds.items() if on]
+        if len(chosen) > 1:
+            raise ValueError(
+                f"{' and '.join(chosen)} cannot be combined: a lock is limited, shared or "
+                "re-entrant, or none of these"
+            )
+        self.mode = EXCLUSIVE
+        if self.shared:
+            self.mode = SHARED
+        elif self.limit is not None and self.limit > 1:
+            self.mode = LIMITED
         if not isinstance(backend, Backend) and not callable(backend):
             raise TypeError(
                 f"backend must be a Backend or a callable returning one, "
@@ -245,6 +292,25 @@ class Lock:
                 return hold
         return None
 
+    def _reenter(self, task: Any) -> bool:
+        """Take a re-entrant lock again if the caller (``task``, else the thread) holds
+        it already, through this or another ``Lock`` of the same name and backend."""
+        key = _reentry_key(self.backend, self.name)
+        generation = process.generation()
+        for owner in (task, threading.current_thread()):
+            if owner is None:
+                continue
+            hold = _reentered.get(owner, {}).get(key)
+            if hold is None or hold.generation != generation:
+                continue
+            if hold.released or hold.is_lost():
+                del _reentered[owner][key]
+                continue
+            hold.depth += 1
+            self._holds[owner] = hold
+            return True
+        return False
+
     def _owned_hold(self, action: str, task: Any) -> Hold:
         hold = self._find(task)
         if hold is None:
@@ -266,7 +332,10 @@ class Lock:
         forever, and ``LockError`` if the caller already holds it.
         """
         owner = threading.current_thread()
-        hold, steps = self._begin(blocking, blocking_timeout, owner, running_task())
+        task = running_task()
+        if self.reentrant and self._reenter(task):
+            return True
+        hold, steps = self._begin(blocking, blocking_timeout, owner, task)
         driver = SyncDriver(hold.backend, self.name)
         outcome = driver.run(steps)
         if type(outcome) is NotReplicated:
@@ -286,6 +355,8 @@ class Lock:
     async def _aacquire(self, owner: Any, blocking: Any, blocking_timeout: Any) -> bool:
         if owner is None:
             owner = current_task_or_thread()
+        if self.reentrant and self._reenter(owner):
+            return True
         hold, steps = self._begin(blocking, blocking_timeout, owner, owner)
         hold.loop = asyncio.get_running_loop()
         driver = AsyncDriver(hold.backend, self.name)
@@ -321,48 +392,52 @@ class Lock:
             if not current.is_lost():
                 raise LockError(
                     f"lock {self.name!r} is already held by this thread or task "
-                    "(locks are not re-entrant)",
+                    "(pass reentrant=True to take it again)",
                     name=self.name,
                 )
             self._report_lost(current)
             current.released = True
         source = self._backend_source
         backend = source if type(source) is Backend else self.backend
-        lease = self.timeout if self.timeout is not None else backend.timeout
-        auto_renew = self.auto_renew if self.auto_renew is not None else backend.auto_renew
-        started = time.monotonic()
-        thread = owner_label(owner)
-        # Filled in by _settle once Redis has answered.
-        hold = Hold(
-            name=self.name,
-            token=new_token(),
-            lease=lease,
-            backend=backend,
-            keys=self._keys_for(backend.prefix),
-            auto_renew=auto_renew,
-            context=self.context,
-            thread=thread,
-            started_mono=started,
-            owner=weakref.ref(owner),
-            report_lost=self._report_ref,
-        )
+        hold = self._new_hold(backend, owner, new_token())
         steps = acquire_steps(
             keys=hold.keys,
             name=self.name,
             token=hold.token,
-            lease=lease,
-            owner=self._owner(thread, auto_renew),
+            lease=hold.lease,
+            owner=self._owner(hold.thread, hold.auto_renew),
             fair=self.fair,
             blocking=blocking,
-            deadline=None if blocking_timeout is None else started + blocking_timeout,
+            deadline=None if blocking_timeout is None else hold.started_mono + blocking_timeout,
             tuning=backend.tuning,
             replicas=self._replicas(backend),
+            mode=hold.mode,
+            limit=hold.limit,
         )
         if stale is not None:
             steps = _after_release_of(stale, steps)
         if not backend.layout_claimed:
             steps = _after_layout_claim(backend, self.name, steps)
         return hold, steps
+
+    def _new_hold(self, backend: Backend, owner: Any, token: str) -> Hold:
+        """A hold of this lock for ``owner``, filled in by :meth:`_adopt` once Redis has
+        answered."""
+        return Hold(
+            name=self.name,
+            token=token,
+            lease=self.timeout if self.timeout is not None else backend.timeout,
+            backend=backend,
+            keys=self._keys_for(backend.prefix),
+            auto_renew=self.auto_renew if self.auto_renew is not None else backend.auto_renew,
+            context=self.context,
+            thread=owner_label(owner),
+            started_mono=time.monotonic(),
+            owner=weakref.ref(owner),
+            report_lost=self._report_ref,
+            mode=self.mode,
+            limit=0 if self.mode == SHARED else self.limit or 1,
+        )
 
     def _replicas(self, backend: Backend) -> tuple[int, int] | None:
         count = self.min_replicas if self.min_replicas is not None else backend.min_replicas
@@ -415,6 +490,14 @@ class Lock:
                 retry_after=outcome.retry_after,
             )
             return False
+        self._adopt(hold, outcome, owner, watchdog, now)
+        return True
+
+    def _adopt(
+        self, hold: Hold, outcome: Acquired, owner: Any, watchdog: Callable[[], Any], now: float
+    ) -> None:
+        """Make ``hold`` (just taken, per ``outcome``) the acquisition of ``owner``."""
+        waited = now - hold.started_mono
         hold.fence = outcome.fence
         hold.acquired_at = outcome.acquired_at_us / 1_000_000
         hold.valid_until_mono = outcome.sent_at + hold.lease
@@ -422,11 +505,12 @@ class Lock:
         hold.started_mono = now
         self.retry_after = None
         self._holds[owner] = hold
+        if self.reentrant:
+            _reentered.setdefault(owner, {})[_reentry_key(hold.backend, self.name)] = hold
         if hold.auto_renew:
             watchdog().watch(hold)
         if hold.backend.observer is not None:
             self._emit(hold.backend, "acquired", hold, hold.thread, waited=waited)
-        return True
 
     # -- release --------------------------------------------------------------------
 
@@ -434,6 +518,9 @@ class Lock:
         """Give the lock back. Raises ``LockNotOwned`` if the caller does not hold it and
         ``LockLost`` if it was lost meanwhile (the lock is then no longer held either)."""
         hold = self._owned_hold("release", running_task())
+        if hold.depth > 1:
+            hold.depth -= 1
+            return
         hold.releasing = True
         try:
             released = SyncDriver(hold.backend, self.name).run(self._release_steps(hold))
@@ -451,6 +538,9 @@ class Lock:
 
     async def _arelease(self, owner: Any) -> None:
         hold = self._owned_hold("release", owner or running_task())
+        if hold.depth > 1:
+            hold.depth -= 1
+            return
         hold.releasing = True
         try:
             released, cancelled = await completed(
@@ -469,10 +559,13 @@ class Lock:
 
     @staticmethod
     def _release_steps(hold: Hold) -> Any:
-        return release_steps(hold.keys, hold.token, hold.backend.tuning.waiter_liveness_ms)
+        return release_steps(
+            hold.keys, hold.token, hold.backend.tuning.waiter_liveness_ms, hold.mode
+        )
 
     def _released(self, hold: Hold, released: bool) -> None:
         hold.released = True
+        hold.depth = 0
         timer = hold.timer
         if timer is not None:
             timer.cancel()

@@ -40,7 +40,7 @@ def renewal_call(hold: Hold) -> Call:
 
 def abandoned_release_call(hold: Hold) -> Call:
     """The script call that releases a hold nobody will release any more."""
-    return release_call(hold.keys, hold.token, hold.backend.tuning.waiter_liveness_ms)
+    return release_call(hold.keys, hold.token, hold.backend.tuning.waiter_liveness_ms, hold.mode)
 
 
 def wake_calls(hold: Hold, reply: Any) -> list[Call]:

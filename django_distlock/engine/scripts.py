@@ -11,9 +11,15 @@ cluster proxies refuse scripts that compute key names. The one key a script cann
 in advance, the wake-up list of the first fair waiter, is returned to the caller, who
 pushes to it with :data:`WAKE`.
 
-The lock key holds one string, ``token \\n fence \\n acquired_at_us \\n lease_ms \\n
-owner_json``, so acquiring is a single ``SET ... PX`` and a holder check is a prefix
-comparison.
+An exclusive hold (the default) makes the lock key one string, ``token \\n fence \\n
+acquired_at_us \\n lease_ms \\n owner_json``, so acquiring is a single ``SET ... PX`` and a
+holder check is a prefix comparison. Shared and limited holds (``shared=True``,
+``limit=N``) make it a sorted set instead: member = token, score = that holder's lease
+end (server ms), with each holder's ``fence \\n acquired_at_us \\n lease_ms \\n
+owner_json`` in the holders' hash (field ``#kind``: ``shared`` or ``limited N``). Both
+keys expire with the last holder's lease, and a holder whose lease is over counts as
+gone at once (every script drops such holders before it counts). The key's type is
+what tells the kinds apart, so an exclusive acquire of a free lock costs what it did.
 """
 
 from __future__ import annotations
@@ -25,7 +31,12 @@ __all__ = [
     "ACQUIRE",
     "CLAIM_LAYOUT",
     "EXTEND",
+    "HOLDER_ACQUIRE",
+    "HOLDER_EXTEND",
+    "HOLDER_RELEASE",
+    "HOLDER_TTL",
     "LIST_INDEX",
+    "MANY_ACQUIRE",
     "PASS_ON",
     "RELEASE",
     "TTL",
@@ -101,11 +112,39 @@ _KEYS_DOC = r"""
 -- KEYS[6] fair waiters' liveness deadlines (zset, server ms)
 -- KEYS[7] the caller's own wake-up list (the shared signal list when it does not wait)
 -- KEYS[8] shared wake-up list of unfair waiters
+-- KEYS[9] holders of a shared or limited lock (hash)  KEYS[10] waiting writers (zset)
 """
 
+# pcall: a lock held shared or limited is a sorted set, which GET refuses.
 _IS_MINE = r"""
-local value = redis.call('GET', KEYS[1])
-if not value or string.sub(value, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\n' then return NOT_MINE end
+local value = redis.pcall('GET', KEYS[1])
+if type(value) ~= 'string' or string.sub(value, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\n' then
+  return NOT_MINE
+end
+"""
+
+
+# Shared and limited holds: drops the holders whose lease is over; sets `held` to how many
+# are left (0: both keys are gone). KEYS[1] must be a sorted set (or missing).
+_PRUNE_HOLDERS = r"""
+  local expired_below = '(' .. string.format('%.0f', now_ms)
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', expired_below)
+  if #gone > 0 then
+    redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', expired_below)
+    redis.call('HDEL', KEYS[9], unpack(gone))
+  end
+  held = redis.call('ZCARD', KEYS[1])
+  if held == 0 then redis.call('DEL', KEYS[1], KEYS[9]) end
+"""
+
+# Both keys of shared or limited holds live until the last holder's lease end.
+_EXPIRE_HOLDERS = r"""
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  if last[2] then
+    local keep_ms = math.max(1, tonumber(last[2]) - now_ms)
+    redis.call('PEXPIRE', KEYS[1], keep_ms)
+    redis.call('PEXPIRE', KEYS[9], keep_ms)
+  end
 """
 
 
@@ -133,16 +172,35 @@ ACQUIRE = Script(
 -- ARGV[6] waiter id, '' when the caller will not wait  ARGV[7] waiter liveness ms
 -- ARGV[8] '1' for a fair lock, '0' otherwise
 -- ARGV[9] '1' to end the caller's outstanding BLPOP (see KEYS[7]), '' otherwise
+-- ARGV[10] '1' when the caller waits among the writers of a lock held shared
 -- returns {1, fence, acquired_at_us} when taken (or already held with this token);
---         {0, wait_ms, head} when not: wait_ms = how long the current obstacle lasts at
---         most (the holder's PTTL, -1 if unknown); head = a fair waiter whose turn it is,
---         for the caller to wake, or ''
+--         {0, wait_ms, head, writer} when not: wait_ms = how long the current obstacle
+--         lasts at most (the holder's PTTL, -1 if unknown); head = a fair waiter whose
+--         turn it is, for the caller to wake, or ''; writer = '1' when the caller now
+--         waits among the writers of a lock held shared (PASS_ON takes it off);
+--         {-1, kind} when the lock is held as another kind ('limited N')
 local end_wait = ARGV[9]
 local liveness_ms = ARGV[7]
 local function attempt()
   local pttl = -2
-  local value = redis.call('GET', KEYS[1])
-  if value then
+  local shared_by = false
+  local value = redis.pcall('GET', KEYS[1])
+  if type(value) == 'table' then
+    -- A sorted set: the lock is held shared (we wait for its holders, as a writer whom
+    -- new shared holders let go first) or limited (another kind: refused).
+    local held_as = redis.call('HGET', KEYS[9], '#kind')
+    if held_as and held_as ~= 'shared' then return {-1, held_as} end"""
+    + _NOW
+    + r"""
+    local held = 0"""
+    + _PRUNE_HOLDERS
+    + r"""
+    if held > 0 then
+      local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+      pttl = math.max(0, tonumber(first[2]) - now_ms)
+      shared_by = true
+    end
+  elseif value then
     if string.sub(value, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
       -- Already ours: a request retried after its reply was lost. Answer as before.
       local fence, acquired_at = string.match(value, '^[^\n]*\n([^\n]*)\n([^\n]*)\n')
@@ -181,11 +239,18 @@ local function attempt()
     -- Entries of locks that expired without a release go at the next acquire.
     redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. string.format('%.0f', now_ms))
     redis.call('ZADD', KEYS[4], now_ms + lease_ms, ARGV[4])
+    if ARGV[10] == '1' then redis.call('ZREM', KEYS[10], waiter) end
     return {1, fence, now_us}
   end
   local wait_ms = pttl
+  local writer = ''
   if waiter ~= '' then
     local liveness = tonumber(liveness_ms)
+    if shared_by then
+      redis.call('ZADD', KEYS[10], now_ms + liveness, waiter)
+      redis.call('PEXPIRE', KEYS[10], liveness)
+      writer = '1'
+    end
     if fair then
       if not redis.call('ZSCORE', KEYS[6], waiter) then
         redis.call('RPUSH', KEYS[5], waiter)
@@ -202,9 +267,9 @@ local function attempt()
   if pttl == -2 then
     -- Free, but another fair waiter is first: the caller nudges it in case it missed
     -- its wake-up, and comes back when its place would lapse.
-    return {0, tonumber(redis.call('ZSCORE', KEYS[6], head)) - now_ms, head}
+    return {0, tonumber(redis.call('ZSCORE', KEYS[6], head)) - now_ms, head, writer}
   end
-  return {0, wait_ms, ''}
+  return {0, wait_ms, '', writer}
 end
 local result = attempt()
 """
@@ -245,18 +310,25 @@ PASS_ON = Script(
 -- ARGV[2] wake-up signal lifetime ms
 -- ARGV[3] '1' when the leaving waiter consumed a wake-up it will not use
 -- ARGV[4] '1' to end the caller's outstanding BLPOP (see KEYS[7]), '' otherwise
+-- ARGV[5] waiter id to take off the waiting writers of a lock held shared, or ''
 -- returns {1, head}: head = a fair waiter for the caller to wake, or ''
 local waiter = ARGV[1]
 local signal_ms = ARGV[2]
 local liveness_ms = ARGV[2]
 local end_wait = ARGV[4]
 local woken_head = ''
+local wake = ARGV[3] == '1'
 if waiter ~= '' then
   redis.call('LREM', KEYS[5], 0, waiter)
   redis.call('ZREM', KEYS[6], waiter)
   redis.call('DEL', KEYS[7])
+  wake = wake or redis.call('EXISTS', KEYS[1]) == 0
 end
-if ARGV[3] == '1' or (waiter ~= '' and redis.call('EXISTS', KEYS[1]) == 0) then"""
+if ARGV[5] and ARGV[5] ~= '' and redis.call('ZREM', KEYS[10], ARGV[5]) == 1 then
+  -- Shared holders may have been waiting only for this writer.
+  wake = wake or redis.call('ZCARD', KEYS[10]) == 0
+end
+if wake then"""
     + _WAKE_ONE
     + r"""
 end
@@ -264,6 +336,288 @@ end
     + _END_WAIT
     + r"""
 return {1, woken_head}
+""",
+)
+
+HOLDER_ACQUIRE = Script(
+    "holder_acquire",
+    "-- holder_acquire: take a shared hold, or one of a limited lock's slots."
+    + _KEYS_DOC
+    + r"""
+-- (KEYS[4] is the bucket's index of shared and limited holds)
+-- ARGV[1..9] as for acquire; ARGV[4] is the index member (name NUL token)
+-- ARGV[10] kind: 'shared' or 'limited N'   ARGV[11] N (0 for shared)
+-- returns {1, fence, acquired_at_us, head} when taken (or already held with this token):
+--         head = a waiter to wake (a free slot or a shared hold may let one more in);
+--         {0, wait_ms, head} when not (as for acquire);
+--         {-1, kind} when the lock is held as another kind ('limited N' with another N)
+local end_wait = ARGV[9]
+local liveness_ms = ARGV[7]
+local signal_ms = ARGV[7]
+local kind = ARGV[10]
+local limit = tonumber(ARGV[11])
+local woken_head = ''
+local function attempt()"""
+    + _NOW
+    + r"""
+  local obstacle_ms = -2
+  local writer_first = false
+  local held = 0
+  local key_type = redis.call('TYPE', KEYS[1])['ok']
+  if key_type == 'string' then
+    -- An exclusive holder: shared holds wait for it, a limited lock is another kind.
+    if limit > 0 then return {-1, 'exclusive'} end
+    obstacle_ms = redis.call('PTTL', KEYS[1])
+  elseif key_type == 'zset' then
+    local held_as = redis.call('HGET', KEYS[9], '#kind')
+    if held_as and held_as ~= kind then return {-1, held_as} end
+    local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+    if score and tonumber(score) >= now_ms then
+      -- Already ours: a request retried after its reply was lost. Answer as before.
+      local entry = redis.call('HGET', KEYS[9], ARGV[1])
+      local fence, acquired_at = string.match(entry, '^([^\n]*)\n([^\n]*)\n')
+      return {1, fence, acquired_at, ''}
+    end"""
+    + _PRUNE_HOLDERS
+    + r"""
+    if limit > 0 and held >= limit then
+      local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+      obstacle_ms = math.max(0, tonumber(first[2]) - now_ms)
+    end
+  elseif key_type ~= 'none' then
+    return {-1, key_type}
+  end
+  local fair = ARGV[8] == '1'
+  if obstacle_ms == -2 and limit == 0 and not fair then
+    -- A writer waiting for this lock goes before new shared holders (fair ones follow
+    -- the queue instead, where writers and readers keep their arrival order).
+    redis.call('ZREMRANGEBYSCORE', KEYS[10], '-inf', '(' .. string.format('%.0f', now_ms))
+    if redis.call('ZCARD', KEYS[10]) > 0 then
+      writer_first = true
+      obstacle_ms = -1
+    end
+  end
+  local waiter = ARGV[6]
+  if obstacle_ms ~= -2 and waiter == '' then return {0, obstacle_ms, ''} end
+  local head = false
+  if fair then"""
+    + _QUEUE_HEAD
+    + r"""
+  end
+  if obstacle_ms == -2 and (not head or head == waiter) then
+    if head then
+      redis.call('LPOP', KEYS[5])
+      redis.call('ZREM', KEYS[6], waiter)
+    end
+    local fence = tonumber(now_us)
+    local stored = redis.call('GET', KEYS[2])
+    if stored then fence = math.max(fence, tonumber(stored) + 1) end
+    fence = string.format('%.0f', fence)
+    local lease_ms = tonumber(ARGV[2])
+    redis.call('SET', KEYS[2], fence, 'PX', lease_ms + tonumber(ARGV[5]))
+    redis.call('ZADD', KEYS[1], now_ms + lease_ms, ARGV[1])
+    redis.call('HSET', KEYS[9], ARGV[1],
+      fence .. '\n' .. now_us .. '\n' .. ARGV[2] .. '\n' .. ARGV[3], '#kind', kind)"""
+    + _EXPIRE_HOLDERS
+    + r"""
+    redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. string.format('%.0f', now_ms))
+    redis.call('ZADD', KEYS[4], now_ms + lease_ms, ARGV[4])
+    if limit == 0 or held + 1 < limit then
+      -- Room for one more: the next waiter need not wait for a release."""
+    + _WAKE_ONE
+    + r"""
+    end
+    return {1, fence, now_us, woken_head}
+  end
+  if waiter ~= '' then
+    local liveness = tonumber(liveness_ms)
+    if fair then
+      if not redis.call('ZSCORE', KEYS[6], waiter) then
+        redis.call('RPUSH', KEYS[5], waiter)
+        if not head then head = waiter end
+      end
+      redis.call('ZADD', KEYS[6], now_ms + liveness, waiter)
+      redis.call('PEXPIRE', KEYS[5], liveness)
+      redis.call('PEXPIRE', KEYS[6], liveness)
+    end
+    local flag_ms = liveness
+    if obstacle_ms > 0 then flag_ms = flag_ms + obstacle_ms end
+    redis.call('SET', KEYS[3], '1', 'PX', flag_ms)
+  end
+  if writer_first and held == 0 then
+    -- Nobody holds it and a writer waits: the wake-up the caller may have consumed
+    -- was the writer's. Hand it on.
+    local head = false"""
+    + _WAKE_ONE.replace(
+        "if redis.call('EXISTS', KEYS[3]) == 1 then\n  local head = false", "if true then"
+    )
+    + r"""
+    return {0, obstacle_ms, woken_head}
+  end
+  if obstacle_ms == -2 then
+    return {0, tonumber(redis.call('ZSCORE', KEYS[6], head)) - now_ms, head}
+  end
+  return {0, obstacle_ms, ''}
+end
+local result = attempt()
+"""
+    + _END_WAIT
+    + r"""
+return result
+""",
+)
+
+HOLDER_RELEASE = Script(
+    "holder_release",
+    "-- holder_release: end a shared or limited hold with this token, then wake a waiter."
+    + _KEYS_DOC
+    + r"""
+-- (KEYS[4] is the bucket's index of shared and limited holds)
+-- ARGV[1] token  ARGV[2] index member (name NUL token)  ARGV[3] wake-up lifetime ms
+-- returns {1, head} when released (head: a fair waiter for the caller to wake, or ''),
+--         {0, ''} when the lock is not held with this token (or its lease is over)
+local signal_ms = ARGV[3]
+local woken_head = ''
+if redis.call('TYPE', KEYS[1])['ok'] ~= 'zset' then return {0, ''} end"""
+    + _NOW
+    + r"""
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local mine = score and tonumber(score) >= now_ms
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HDEL', KEYS[9], ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[2])
+local held = 0"""
+    + _PRUNE_HOLDERS
+    + r"""
+if held > 0 then"""
+    + _EXPIRE_HOLDERS
+    + r"""
+end
+if not mine then return {0, ''} end
+-- A slot is free (limited), or the last shared holder left (a writer may go).
+if held == 0 or redis.call('HGET', KEYS[9], '#kind') ~= 'shared' then"""
+    + _WAKE_ONE
+    + r"""
+end
+return {1, woken_head}
+""",
+)
+
+HOLDER_EXTEND = Script(
+    "holder_extend",
+    r"""-- holder_extend: change the lease of a shared or limited hold with this token.
+-- KEYS[1] lock (sorted set of holders)  KEYS[2] the bucket's index of such holds
+-- KEYS[3] holders (hash)
+-- ARGV[1] token  ARGV[2] milliseconds  ARGV[3] index member (name NUL token)
+-- ARGV[4] mode: 'add', 'set' or 'renew' (as for extend)
+-- returns the new lease in ms, or -2 when the lock is not held with this token
+if redis.call('TYPE', KEYS[1])['ok'] ~= 'zset' then return -2 end
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score or tonumber(score) < now_ms then return -2 end
+local pttl = tonumber(score) - now_ms
+local ms = tonumber(ARGV[2])
+local new_ms = ms
+if ARGV[4] == 'add' then
+  new_ms = pttl + ms
+elseif ARGV[4] == 'renew' then
+  new_ms = math.max(pttl, ms)
+end
+redis.call('ZADD', KEYS[1], now_ms + new_ms, ARGV[1])
+redis.call('ZADD', KEYS[2], now_ms + new_ms, ARGV[3])
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+local keep_ms = math.max(1, tonumber(last[2]) - now_ms)
+redis.call('PEXPIRE', KEYS[1], keep_ms)
+redis.call('PEXPIRE', KEYS[3], keep_ms)
+return new_ms
+""",
+)
+
+HOLDER_TTL = Script(
+    "holder_ttl",
+    r"""-- holder_ttl: the remaining lease of a shared or limited hold with this token.
+-- KEYS[1] lock (sorted set of holders)
+-- ARGV[1] token
+-- returns the lease left in ms, or -2 when the lock is not held with this token
+if redis.call('TYPE', KEYS[1])['ok'] ~= 'zset' then return -2 end
+local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not score then return -2 end
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local left = tonumber(score) - now_ms
+if left < 0 then return -2 end
+return left
+""",
+)
+
+MANY_ACQUIRE = Script(
+    "many_acquire",
+    r"""-- many_acquire: take several locks at once, exclusively, all or none.
+-- KEYS[4i-3..4i] of the i-th lock (KEYS[1] to KEYS[4] for the first): the lock, its
+--   fence counter, its "someone waits" flag and its bucket's listing index
+-- KEYS[#KEYS] the caller's own wake-up list for the lock it waits on (ending its
+--   outstanding BLPOP), or any of the locks' keys
+-- ARGV[1] token  ARGV[2] lease ms  ARGV[3] owner metadata (JSON)
+-- ARGV[4] ms a fence counter outlives the lease  ARGV[5] waiter liveness ms, '' when
+--   the caller will not wait  ARGV[6] '1' to end the caller's outstanding BLPOP
+-- ARGV[7..] the locks' names, in the order of their keys
+-- returns {1, acquired_at_us, fence1, fence2, ...} when all were free (or already held
+--         with this token) and are taken; {0, wait_ms, i} when the i-th lock is held by
+--         someone else (wait_ms: its remaining lease, -1 if unknown); nothing is taken
+local count = (#KEYS - 1) / 4
+local token = ARGV[1]
+local function attempt()
+  local mine = 0
+  for i = 1, count do
+    local value = redis.pcall('GET', KEYS[4 * i - 3])
+    if type(value) == 'string' and string.sub(value, 1, #token + 1) == token .. '\n' then
+      mine = mine + 1
+    elseif value then
+      -- Held by someone else (a string), or shared or limited holds (a sorted set,
+      -- GET refused it): the caller waits for this one.
+      local pttl = redis.call('PTTL', KEYS[4 * i - 3])
+      if ARGV[5] ~= '' then
+        local flag_ms = tonumber(ARGV[5])
+        if pttl > 0 then flag_ms = flag_ms + pttl end
+        redis.call('SET', KEYS[4 * i - 1], '1', 'PX', flag_ms)
+      end
+      return {0, pttl, i}
+    end
+  end"""
+    + _NOW
+    + r"""
+  local result = {1, now_us}
+  local lease_ms = tonumber(ARGV[2])
+  for i = 1, count do
+    local fence
+    if mine == count then
+      -- Already ours: a request retried after its reply was lost. Answer as before.
+      local value = redis.call('GET', KEYS[4 * i - 3])
+      fence = string.match(value, '^[^\n]*\n([^\n]*)\n')
+      result[2] = string.match(value, '^[^\n]*\n[^\n]*\n([^\n]*)\n')
+    else
+      fence = tonumber(now_us)
+      local stored = redis.call('GET', KEYS[4 * i - 2])
+      if stored then fence = math.max(fence, tonumber(stored) + 1) end
+      fence = string.format('%.0f', fence)
+      redis.call('SET', KEYS[4 * i - 2], fence, 'PX', lease_ms + tonumber(ARGV[4]))
+      redis.call('SET', KEYS[4 * i - 3],
+        token .. '\n' .. fence .. '\n' .. now_us .. '\n' .. ARGV[2] .. '\n' .. ARGV[3],
+        'PX', lease_ms)
+      redis.call('ZREMRANGEBYSCORE', KEYS[4 * i], '-inf', '(' .. string.format('%.0f', now_ms))
+      redis.call('ZADD', KEYS[4 * i], now_ms + lease_ms, ARGV[6 + i])
+    end
+    result[#result + 1] = fence
+  end
+  return result
+end
+local result = attempt()
+if ARGV[6] == '1' then
+  redis.call('RPUSH', KEYS[#KEYS], 'c')
+  redis.call('PEXPIRE', KEYS[#KEYS], ARGV[5])
+end
+return result
 """,
 )
 

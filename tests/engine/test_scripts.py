@@ -8,10 +8,36 @@ import re
 import pytest
 
 from django_distlock.engine import LockKeys
-from django_distlock.engine.scripts import ACQUIRE, EXTEND, LIST_INDEX, PASS_ON, RELEASE, TTL, WAKE
+from django_distlock.engine.scripts import (
+    ACQUIRE,
+    EXTEND,
+    HOLDER_ACQUIRE,
+    HOLDER_EXTEND,
+    HOLDER_RELEASE,
+    HOLDER_TTL,
+    LIST_INDEX,
+    MANY_ACQUIRE,
+    PASS_ON,
+    RELEASE,
+    TTL,
+    WAKE,
+)
 from tests.support.engine import server_time_us
 
-SCRIPTS = [ACQUIRE, RELEASE, EXTEND, TTL, PASS_ON, WAKE, LIST_INDEX]
+SCRIPTS = [
+    ACQUIRE,
+    RELEASE,
+    EXTEND,
+    TTL,
+    PASS_ON,
+    WAKE,
+    LIST_INDEX,
+    HOLDER_ACQUIRE,
+    HOLDER_RELEASE,
+    HOLDER_EXTEND,
+    HOLDER_TTL,
+    MANY_ACQUIRE,
+]
 KEYS = LockKeys.for_name("distlock:", "raw")
 
 
@@ -61,23 +87,23 @@ def test_scripts_only_act_on_their_own_token(redis_client):
     for token in ("other", "min", "mine2"):
         assert extend(redis_client, token, 60_000, "set") == -2
         assert redis_client.eval(TTL.source, 1, KEYS.lock, token) == -2
-        assert redis_client.eval(RELEASE.source, 8, *KEYS.all(), token, "raw", 3000) == [0, b""]
+        assert redis_client.eval(RELEASE.source, 10, *KEYS.all(), token, "raw", 3000) == [0, b""]
     assert redis_client.pttl(KEYS.lock) <= 5_000
     assert redis_client.eval(TTL.source, 1, KEYS.lock, "mine") > 0
-    assert redis_client.eval(RELEASE.source, 8, *KEYS.all(), "mine", "raw", 3000) == [1, b""]
+    assert redis_client.eval(RELEASE.source, 10, *KEYS.all(), "mine", "raw", 3000) == [1, b""]
     assert redis_client.exists(KEYS.lock) == 0
 
 
 def test_a_failed_attempt_reports_the_holder_lease(redis_client):
     hold(redis_client, "holder", 4_000)
     reply = redis_client.eval(
-        ACQUIRE.source, 8, *KEYS.all(), "newcomer", 1000, "{}", "raw", 60_000, "", 3000, "0", ""
+        ACQUIRE.source, 10, *KEYS.all(), "newcomer", 1000, "{}", "raw", 60_000, "", 3000, "0", ""
     )
     assert reply[0] == 0
     assert 3_900 < reply[1] <= 4_000
     redis_client.persist(KEYS.lock)
     reply = redis_client.eval(
-        ACQUIRE.source, 8, *KEYS.all(), "newcomer", 1000, "{}", "raw", 60_000, "", 3000, "0", ""
+        ACQUIRE.source, 10, *KEYS.all(), "newcomer", 1000, "{}", "raw", 60_000, "", 3000, "0", ""
     )
     assert reply == [0, -1, b""]  # a key without expiry: unknown
 
@@ -87,7 +113,7 @@ def acquire(
 ):
     return redis_client.eval(
         ACQUIRE.source,
-        8,
+        10,
         *KEYS.all(waiter),
         token,
         1000,
@@ -141,7 +167,7 @@ def test_ending_a_wait_pushes_a_mark_after_everything_else(redis_client):
     assert reply[0] == 1
     assert redis_client.lrange(KEYS.wake("w1"), 0, -1) == [b"c"]
     assert 0 < redis_client.pttl(KEYS.wake("w1")) <= 3000
-    redis_client.eval(PASS_ON.source, 8, *KEYS.all("w2"), "", 3000, "0", "1")
+    redis_client.eval(PASS_ON.source, 10, *KEYS.all("w2"), "", 3000, "0", "1")
     assert redis_client.lrange(KEYS.wake("w2"), 0, -1) == [b"c"]
 
 
@@ -150,8 +176,8 @@ def test_a_release_names_the_fair_waiter_whose_turn_it_is(redis_client):
     it, and the caller wakes it with WAKE (every key a script touches is declared)."""
     hold(redis_client, "mine", 5_000)
     fair = ("newcomer", 1000, "{}", "raw", 60_000, "w1", 3000, "1", "")
-    assert redis_client.eval(ACQUIRE.source, 8, *KEYS.all("w1"), *fair)[0] == 0  # queued
-    assert redis_client.eval(RELEASE.source, 8, *KEYS.all(), "mine", "raw", 3000) == [1, b"w1"]
+    assert redis_client.eval(ACQUIRE.source, 10, *KEYS.all("w1"), *fair)[0] == 0  # queued
+    assert redis_client.eval(RELEASE.source, 10, *KEYS.all(), "mine", "raw", 3000) == [1, b"w1"]
     assert redis_client.llen(KEYS.wake("w1")) == 0  # untouched: it was not declared
     assert redis_client.eval(WAKE.source, 1, KEYS.wake("w1"), 3000) == 1
     assert redis_client.lrange(KEYS.wake("w1"), 0, -1) == [b"1"]
@@ -159,9 +185,13 @@ def test_a_release_names_the_fair_waiter_whose_turn_it_is(redis_client):
 
 def test_every_key_a_script_touches_is_declared():
     """No script builds a key name: every key argument of redis.call is KEYS[i]."""
-    pattern = re.compile(r"redis\.call\('(\w+)',\s*([^,)]+)")
+    pattern = re.compile(r"redis\.p?call\('(\w+)',\s*([^,)]+)")
     keyless = {"TIME"}
     for script in SCRIPTS:
         for command, first in pattern.findall(script.source):
             if command not in keyless:
-                assert re.fullmatch(r"KEYS\[\d\]", first.strip()), (script.name, command, first)
+                assert re.fullmatch(r"KEYS\[(\d+|4 \* i( - \d)?|#KEYS)\]", first.strip()), (
+                    script.name,
+                    command,
+                    first,
+                )

@@ -1,0 +1,343 @@
+"""Several exclusive locks taken together, all or none, without deadlock.
+
+On a single server (or a Sentinel's primary) one script takes every lock at once or
+none of them: a caller never holds some of the names while it waits for the others. On
+a Cluster the names are grouped by bucket (the keys of a script share one slot); each
+group is taken at once, the groups in one global order (bucket, then name), and a group
+that stays busy past the deadline gives back the groups taken before it. A caller may
+then hold the names of earlier groups while it waits for a later one, but since every
+caller takes them in the same order, no two callers wait for each other.
+
+After the acquisition each name is an ordinary exclusive hold with the same token: its
+own fence, lease renewal, loss report and events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterable
+from types import TracebackType
+from typing import Any
+
+from .backend import Backend
+from .core import Acquired, AcquiredMany, NotAcquired, acquire_many_steps, new_token
+from .exceptions import LockError, LockNotAcquired, LockNotOwned
+from .io import AsyncDriver, SyncDriver
+from .keys import LockKeys, validate_seconds
+from .lock import UNSET, BackendSource, Lock, _after_layout_claim, _check_bool
+from .ownership import current_task_or_thread, running_task
+from .watchdog import loop_watchdog, thread_watchdog
+
+__all__ = ["LockGroup"]
+
+MAX_NAMES = 1000
+"""The most names one :class:`LockGroup` may take (one script's keys stay bounded)."""
+
+
+class LockGroup:
+    """Exclusive locks on several names, taken all or none (``distlock_many``).
+
+    >>> with LockGroup(["account:1", "account:2"], backend=backend) as group:  # doctest: +SKIP
+    ...     transfer(amount, fences=group.fences)
+
+    The names may come in any order and are taken in one global order, so callers
+    passing the same names in different orders never deadlock. Options are those of
+    :class:`Lock` that make sense for several names (each name gets them). Every name
+    is an ordinary exclusive hold once taken: ``group.locks[name]`` is its
+    :class:`Lock` (fence, ``lost``, ``ttl()``...), and it can be waited on by a plain
+    ``Lock`` of the same name.
+    """
+
+    def __init__(
+        self,
+        names: Iterable[str],
+        *,
+        backend: BackendSource,
+        timeout: float | None = None,
+        blocking: bool = True,
+        blocking_timeout: float | None = None,
+        auto_renew: bool | None = None,
+        on_lost: Callable[[Lock], Any] | None = None,
+        context: str = "",
+        raise_on_lost: bool = True,
+    ) -> None:
+        if isinstance(names, str | bytes) or not isinstance(names, Iterable):
+            raise TypeError(f"names must be an iterable of lock names, not {type(names).__name__}")
+        names = list(names)
+        if not names:
+            raise ValueError("names must not be empty")
+        if len(names) > MAX_NAMES:
+            raise ValueError(
+                f"at most {MAX_NAMES:,} names can be taken at once, not {len(names):,}"
+            )
+        options = {
+            "backend": backend,
+            "timeout": timeout,
+            "blocking": blocking,
+            "blocking_timeout": blocking_timeout,
+            "auto_renew": auto_renew,
+            "on_lost": on_lost,
+            "context": context,
+            "raise_on_lost": raise_on_lost,
+        }
+        locks = [Lock(name, **options) for name in names]
+        self.locks: dict[str, Lock] = {}
+        """Each name's :class:`Lock`, in the order the names were given."""
+        for lock in locks:
+            if lock.name in self.locks:
+                raise ValueError(f"name {lock.name!r} is given twice")
+            self.locks[lock.name] = lock
+        first = locks[0]
+        self.blocking = first.blocking
+        self.blocking_timeout = first.blocking_timeout
+        self.retry_after: float | None = None
+        """The busy holder's remaining lease (seconds) seen by the last failed acquire."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {list(self.locks)!r}>"
+
+    # -- state --------------------------------------------------------------------------
+
+    @property
+    def names(self) -> list[str]:
+        """The names, in the order given."""
+        return list(self.locks)
+
+    @property
+    def held(self) -> bool:
+        """True while the caller holds every name and has lost none."""
+        return all(lock.held for lock in self.locks.values())
+
+    @property
+    def lost(self) -> bool:
+        """True when one of the names of the caller's last acquisition was lost."""
+        return any(lock.lost for lock in self.locks.values())
+
+    @property
+    def fences(self) -> dict[str, int | None]:
+        """Each name's fencing token in the current acquisition (``None`` when not held)."""
+        return {name: lock.fence for name, lock in self.locks.items()}
+
+    # -- acquire --------------------------------------------------------------------------
+
+    def acquire(
+        self, blocking: bool | None = None, *, blocking_timeout: float | None = UNSET
+    ) -> bool:
+        """Take every name; ``True`` on success, ``False`` if one stayed busy (then none
+        is held). Raises ``LockBackendUnavailable`` if Redis cannot be reached and
+        ``LockError`` if the caller already holds them."""
+        owner = threading.current_thread()
+        holds, steps, backend = self._begin(blocking, blocking_timeout, owner, running_task())
+        outcome = SyncDriver(backend, self._first_name).run(steps)
+        return self._settle(holds, outcome, owner, thread_watchdog)
+
+    def aacquire(
+        self, blocking: bool | None = None, *, blocking_timeout: float | None = UNSET
+    ) -> Coroutine[Any, Any, bool]:
+        """Async twin of :meth:`acquire` (the names go to the task that called it)."""
+        return self._aacquire(running_task(), blocking, blocking_timeout)
+
+    async def _aacquire(self, owner: Any, blocking: Any, blocking_timeout: Any) -> bool:
+        if owner is None:
+            owner = current_task_or_thread()
+        holds, steps, backend = self._begin(blocking, blocking_timeout, owner, owner)
+        loop = asyncio.get_running_loop()
+        for _lock, hold in holds:
+            hold.loop = loop
+        outcome = await AsyncDriver(backend, self._first_name).run(steps)
+        return self._settle(holds, outcome, owner, loop_watchdog)
+
+    @property
+    def _first_name(self) -> str:
+        return next(iter(self.locks))
+
+    def _begin(
+        self, blocking: Any, blocking_timeout: Any, owner: Any, task: Any
+    ) -> tuple[list[tuple[Lock, Any]], Any, Backend]:
+        if blocking is None:
+            blocking = self.blocking
+        else:
+            _check_bool(blocking, "blocking")
+        if blocking_timeout is UNSET:
+            blocking_timeout = self.blocking_timeout
+        elif blocking_timeout is not None:
+            blocking_timeout = validate_seconds(
+                blocking_timeout, "blocking_timeout", allow_zero=True
+            )
+        if blocking_timeout == 0:
+            blocking = False
+        for lock in self.locks.values():
+            current = lock._find(task)
+            if current is not None and not current.is_lost() and not current.release_failed:
+                raise LockError(
+                    f"lock group {self.names!r} is already held by this thread or task",
+                    name=lock.name,
+                )
+        first = next(iter(self.locks.values()))
+        backend = first.backend
+        token = new_token()
+        ordered = sorted(self.locks.values(), key=lambda lock: _order(lock, backend))
+        holds = [(lock, lock._new_hold(backend, owner, token)) for lock in ordered]
+        started = holds[0][1].started_mono
+        leases = {hold.lease for _lock, hold in holds}
+        steps = acquire_many_steps(
+            groups=_groups([hold.keys for _lock, hold in holds], backend),
+            token=token,
+            lease=max(leases),
+            owner=first._owner(holds[0][1].thread, holds[0][1].auto_renew),
+            blocking=blocking,
+            deadline=None if blocking_timeout is None else started + blocking_timeout,
+            tuning=backend.tuning,
+        )
+        if not backend.layout_claimed:
+            steps = _after_layout_claim(backend, first.name, steps)
+        return holds, steps, backend
+
+    def _settle(
+        self,
+        holds: list[tuple[Lock, Any]],
+        outcome: AcquiredMany | NotAcquired,
+        owner: Any,
+        watchdog: Callable[[], Any],
+    ) -> bool:
+        now = time.monotonic()
+        if type(outcome) is NotAcquired:
+            self.retry_after = outcome.retry_after
+            lock, hold = holds[0]
+            lock._emit(
+                hold.backend,
+                "contended",
+                None,
+                hold.thread,
+                waited=now - hold.started_mono,
+                retry_after=outcome.retry_after,
+            )
+            return False
+        self.retry_after = None
+        for (lock, hold), fence in zip(holds, outcome.fences, strict=True):
+            earlier = lock._find(owner)
+            if earlier is not None:
+                earlier.released = True  # lost, or its release failed: replaced
+            acquired = Acquired(fence, outcome.acquired_at_us, outcome.sent_at)
+            lock._adopt(hold, acquired, owner, watchdog, now)
+        return True
+
+    # -- release --------------------------------------------------------------------------
+
+    def release(self) -> None:
+        """Give every name back (each one even if another fails). Raises the first
+        error afterwards: ``LockNotOwned`` if the caller holds none of them, ``LockLost``
+        if one was lost meanwhile."""
+        task = running_task()
+        locks = self._held_locks(task)
+        first_error: LockError | None = None
+        for lock in locks:
+            try:
+                lock.release()
+            except LockError as error:
+                first_error = first_error or error
+        if first_error is not None:
+            raise first_error
+
+    async def arelease(self) -> None:
+        """Async twin of :meth:`release`."""
+        task = running_task()
+        locks = self._held_locks(task)
+        first_error: LockError | None = None
+        for lock in locks:
+            try:
+                await lock.arelease()
+            except LockError as error:
+                first_error = first_error or error
+        if first_error is not None:
+            raise first_error
+
+    def _held_locks(self, task: Any) -> list[Lock]:
+        locks = [lock for lock in reversed(self.locks.values()) if lock._find(task) is not None]
+        if not locks:
+            raise LockNotOwned(
+                f"cannot release lock group {self.names!r}: not held by this thread or task",
+                name=self._first_name,
+            )
+        return locks
+
+    # -- context managers -----------------------------------------------------------------
+
+    def __enter__(self) -> LockGroup:
+        if not self.acquire():
+            raise self._not_acquired()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        task = running_task()
+        first_error: BaseException | None = None
+        for lock in reversed(self.locks.values()):
+            if lock._find(task) is None:
+                continue
+            try:
+                lock.__exit__(exc_type, exc, tb)
+            except LockError as error:
+                first_error = first_error or error
+        if first_error is not None:
+            raise first_error
+
+    async def __aenter__(self) -> LockGroup:
+        if not await self.aacquire():
+            raise self._not_acquired()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        task = running_task()
+        first_error: BaseException | None = None
+        for lock in reversed(self.locks.values()):
+            if lock._find(task) is None:
+                continue
+            try:
+                await lock.__aexit__(exc_type, exc, tb)
+            except LockError as error:
+                first_error = first_error or error
+        if first_error is not None:
+            raise first_error
+
+    def _not_acquired(self) -> LockNotAcquired:
+        how = (
+            f"not within {self.blocking_timeout}s"
+            if self.blocking and self.blocking_timeout
+            else "one of them is held by someone else"
+        )
+        return LockNotAcquired(
+            f"could not acquire locks {self.names!r}: {how}",
+            name=self._first_name,
+            retry_after=self.retry_after,
+        )
+
+
+def _order(lock: Lock, backend: Backend) -> tuple[int, bytes]:
+    """The global order names are taken in: bucket, then name (UTF-8 bytes)."""
+    keys = lock._keys_for(backend.prefix)
+    return keys.bucket, lock.name.encode("utf-8", "surrogatepass")
+
+
+def _groups(keys: list[LockKeys], backend: Backend) -> list[list[LockKeys]]:
+    """One group for a single server; a group per bucket (one slot each) on a cluster."""
+    if not backend.topology_now().is_cluster:
+        return [keys]
+    groups: list[list[LockKeys]] = []
+    for item in keys:
+        if groups and groups[-1][0].bucket == item.bucket:
+            groups[-1].append(item)
+        else:
+            groups.append([item])
+    return groups
