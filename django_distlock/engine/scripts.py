@@ -124,6 +124,22 @@ end
 """
 
 
+# Sets `fence` (a string) to the larger of the stored counter + 1 and the server clock in
+# microseconds, and stores it back for the lease plus ARGV[5] ms (needs `now_us` and
+# `lease_ms`): fences keep increasing on one server while the counter lives, and across
+# data loss or failover as long as server clocks agree. One command when the clock is
+# ahead of the counter (always, unless the clock stepped back): SET ... GET stores the
+# clock and reads the counter it replaced.
+_NEXT_FENCE = r"""
+    local fence_ttl = lease_ms + tonumber(ARGV[5])
+    local fence = now_us
+    local stored = redis.call('SET', KEYS[2], now_us, 'PX', fence_ttl, 'GET')
+    if stored and tonumber(stored) >= tonumber(now_us) then
+      fence = string.format('%.0f', tonumber(stored) + 1)
+      redis.call('SET', KEYS[2], fence, 'PX', fence_ttl)
+    end
+"""
+
 # Shared and limited holds: drops the holders whose lease is over; sets `held` to how many
 # are left (0: both keys are gone). KEYS[1] must be a sorted set (or missing).
 _PRUNE_HOLDERS = r"""
@@ -224,15 +240,9 @@ local function attempt()
       redis.call('LPOP', KEYS[5])
       redis.call('ZREM', KEYS[6], waiter)
     end
-    -- The fence is the larger of the stored counter + 1 and the server clock in
-    -- microseconds: it keeps increasing on one server while the counter lives, and
-    -- across data loss or failover as long as server clocks agree.
-    local fence = tonumber(now_us)
-    local stored = redis.call('GET', KEYS[2])
-    if stored then fence = math.max(fence, tonumber(stored) + 1) end
-    fence = string.format('%.0f', fence)
-    local lease_ms = tonumber(ARGV[2])
-    redis.call('SET', KEYS[2], fence, 'PX', lease_ms + tonumber(ARGV[5]))
+    local lease_ms = tonumber(ARGV[2])"""
+    + _NEXT_FENCE
+    + r"""
     redis.call('SET', KEYS[1],
       ARGV[1] .. '\n' .. fence .. '\n' .. now_us .. '\n' .. ARGV[2] .. '\n' .. ARGV[3],
       'PX', lease_ms)
@@ -409,12 +419,9 @@ local function attempt()"""
       redis.call('LPOP', KEYS[5])
       redis.call('ZREM', KEYS[6], waiter)
     end
-    local fence = tonumber(now_us)
-    local stored = redis.call('GET', KEYS[2])
-    if stored then fence = math.max(fence, tonumber(stored) + 1) end
-    fence = string.format('%.0f', fence)
-    local lease_ms = tonumber(ARGV[2])
-    redis.call('SET', KEYS[2], fence, 'PX', lease_ms + tonumber(ARGV[5]))
+    local lease_ms = tonumber(ARGV[2])"""
+    + _NEXT_FENCE
+    + r"""
     redis.call('ZADD', KEYS[1], now_ms + lease_ms, ARGV[1])
     redis.call('HSET', KEYS[9], ARGV[1],
       fence .. '\n' .. now_us .. '\n' .. ARGV[2] .. '\n' .. ARGV[3], '#kind', kind)"""

@@ -109,8 +109,9 @@ async def test_a_forgotten_lock_object_is_not_renewed_forever(api, backend, redi
     await api.acquire(lock)
     del lock
     gc.collect()
-    assert 0 < redis_client.pttl(lock_key("forgotten")) <= 300
-    # Nobody can release it any more, so the lease is left to run out.
+    # Never renewed past its lease: either still within it, or already released by the
+    # watchdog, which found the object gone (-2; how soon depends on the machine's load).
+    assert redis_client.pttl(lock_key("forgotten")) <= 300
     await await_until(lambda: redis_client.exists(lock_key("forgotten")) == 0, within=2)
 
 
