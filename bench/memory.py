@@ -55,12 +55,16 @@ def measure(server: RedisServer, key: str, names: int, *, fence_memory: float | 
     time.sleep(0.2)  # let the server settle its lazy-free of the previous row
     base = used_memory(client)
     work = impls.make_client(server.port)
-    if fence_memory is None:
+    if key != "distlock":
         make = impls.IMPLS[key].make
     else:
+        # One backend for every name, as an application has (the bench's per-lock maker
+        # opens a backend, and its connections, per lock: their client buffers would be
+        # counted as what the locks leave).
         from django_distlock.engine import Backend, Lock, Tuning
 
-        backend = Backend(work, tuning=Tuning(fence_memory=fence_memory), auto_renew=False)
+        tuning = None if fence_memory is None else Tuning(fence_memory=fence_memory)
+        backend = Backend(work, tuning=tuning, auto_renew=fence_memory is None)
 
         def make(client: redis.Redis, name: str, lease: float):
             return Lock(name, backend=backend, timeout=lease)
