@@ -236,18 +236,20 @@ def _locked(func: Callable[P, R], locking: _Locking) -> Callable[P, R]:
     return run
 
 
-def _run_function(task: Task) -> Any:
-    run = task.run
-    return getattr(run, "__func__", run)
+def _body_of(task_class: type[Task]) -> Any:
+    """The function a task class runs (its ``run``, unwrapped from ``staticmethod``).
+    Read on the class: Celery's ``autoretry_for`` wraps ``run`` on the instance."""
+    run = inspect.getattr_static(task_class, "run", None)
+    return run.__func__ if isinstance(run, staticmethod) else run
 
 
 def _task_running(run: Callable[..., Any], args: Sequence[Any]) -> Task | None:
     """The task whose body ``run`` is, running now (``None`` when ``run`` is called as a
     plain function)."""
-    if args and isinstance(args[0], Task) and _run_function(args[0]) is run:
+    if args and isinstance(args[0], Task) and _body_of(type(args[0])) is run:
         return args[0]  # bind=True
     task = current_task._get_current_object()
-    if task is not None and _run_function(task) is run:
+    if task is not None and _body_of(type(task)) is run:
         return task
     return None
 
@@ -493,10 +495,12 @@ class LockedTask(Task):  # type: ignore[misc]
         super().__init_subclass__(**kwargs)
         raw = inspect.getattr_static(cls, "run")
         static = isinstance(raw, staticmethod)
-        func = raw.__func__ if static else raw
+        func = _body_of(cls)
         locking: _Locking | None = getattr(func, "__distlock__", None)
         if locking is not None and locking.from_class:
-            func, locking = func.__wrapped__, None  # inherited: lock it anew from cls
+            # Inherited from a LockedTask parent: lock the plain run anew, as cls says.
+            func, locking = func.__wrapped__, None
+            cls.run = staticmethod(func) if static else func  # type: ignore[method-assign]
         if locking is not None:
             if cls.lock_name is not None:
                 raise TypeError(

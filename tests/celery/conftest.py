@@ -24,16 +24,17 @@ from tests.support.redis_servers import RedisServer
 @pytest.fixture(scope="module")
 def celery_dbs(redis_server: RedisServer) -> Iterator[None]:
     """The broker, results and notes databases, empty at the start of the module (and
-    emptied again at its end, so that no message outlives the workers that would take it)."""
+    emptied again at its end, so that no message outlives the workers that would take it),
+    and the locks' database 0 at its start."""
 
-    def flush() -> None:
-        for db in (BROKER_DB, RESULTS_DB, NOTES_DB):
+    def flush(*dbs: int) -> None:
+        for db in dbs:
             with redis.Redis.from_url(database_url(redis_server.url, db)) as client:
                 client.flushdb()
 
-    flush()
+    flush(0, BROKER_DB, RESULTS_DB, NOTES_DB)
     yield
-    flush()
+    flush(BROKER_DB, RESULTS_DB, NOTES_DB)
 
 
 @pytest.fixture(scope="module")
