@@ -41,6 +41,7 @@ from typing import Any, ClassVar, Literal, NoReturn, ParamSpec, TypeVar
 from celery import Task, current_task
 from celery.exceptions import Ignore, Reject, Retry
 from celery.result import AsyncResult
+from celery.signals import task_revoked
 from kombu.utils.uuid import uuid
 
 from .connections import get_backend
@@ -550,8 +551,7 @@ class LockedTask(Task):  # type: ignore[misc]
                 args, kwargs, task_id, producer, link, link_error, shadow, **options
             )
         task_id = task_id or uuid()
-        call_args = (self, *(args or ())) if self._distlock_bound else tuple(args or ())
-        name = locking.name_for(call_args, dict(kwargs or {}))
+        name = self._lock_name_for(locking, args, kwargs)
         claims = TaskClaims(get_backend(), name, task_id)
         holder = claims.take(locking.unique_timeout + _delay_of(options))
         if holder is not None and task_id != self.request.id:
@@ -571,6 +571,39 @@ class LockedTask(Task):  # type: ignore[misc]
         except BaseException:
             claims.forget()
             raise
+
+    @classmethod
+    def on_bound(cls, app: Any) -> None:
+        """Give back the claim of a message a worker discards unrun (revoked, expired),
+        rather than let it block the lock name until ``unique_timeout``."""
+        super().on_bound(app)
+        if cls._distlock is not None and cls._distlock.unique_while_queued:
+            task_revoked.connect(_give_back_claim, weak=False, dispatch_uid=__name__)
+
+    def _lock_name_for(
+        self, locking: _Locking, args: Sequence[Any] | None, kwargs: Mapping[str, Any] | None
+    ) -> str:
+        """The lock name of a message's arguments (``self`` stands for a bound task's own
+        first parameter)."""
+        call_args = (self, *(args or ())) if self._distlock_bound else tuple(args or ())
+        return locking.name_for(call_args, dict(kwargs or {}))
+
+
+def _give_back_claim(sender: Any = None, request: Any = None, **kwargs: Any) -> None:
+    """``task_revoked`` receiver: a revoked or expired message of a unique task will not
+    run, so its claim goes (compare-and-delete: only if it is still that task's)."""
+    if not isinstance(sender, LockedTask) or request is None or request.id is None:
+        return
+    locking = sender._distlock
+    if locking is None or not locking.unique_while_queued:
+        return
+    try:
+        name = sender._lock_name_for(locking, request.args, request.kwargs)
+        TaskClaims(get_backend(), name, request.id).forget()
+    except (LockError, TypeError, ValueError) as error:
+        logger.warning(
+            "%s[%s] revoked: could not give back its claim: %s", sender.name, request.id, error
+        )
 
 
 def _delay_of(options: Mapping[str, Any]) -> float:

@@ -12,6 +12,8 @@ from typing import Any
 
 import pytest
 from celery import Task, current_task
+from celery.app.task import Context
+from celery.signals import task_revoked
 
 from django_distlock import LockLost, LockNotAcquired, distlock
 from django_distlock.celery import LockedTask, locked_task
@@ -298,6 +300,15 @@ def test_a_publish_that_fails_gives_the_claim_back(redis_client, monkeypatch):
     with pytest.raises(ConnectionError):
         unique.delay(16)
     assert claim(redis_client, "inproc-unique:16") is None
+
+
+def test_a_message_a_worker_discards_gives_its_claim_back(redis_client):
+    first = unique.delay(18)
+    other = unique.AsyncResult("someone-else")
+    for result in (other, first):  # a stale revoke of another id leaves the claim alone
+        assert claim(redis_client, "inproc-unique:18") == f"q:{first.id}".encode()
+        task_revoked.send(sender=unique, request=Context(id=result.id, args=[18], kwargs={}))
+    assert claim(redis_client, "inproc-unique:18") is None
 
 
 def test_a_run_that_already_ran_is_dropped(redis_client):

@@ -77,6 +77,18 @@ def test_a_task_queued_or_running_is_not_published_twice(task, workers, note_cli
     assert [run["id"] for run in runs_of(note_client, key)] == [first.id, again.id]
 
 
+def test_a_revoked_task_gives_its_claim_back_when_a_worker_discards_it(workers, locks, key):
+    result = tasks.unique.apply_async((key,), countdown=1.5)
+    claim = claim_key(f"unique:{key}")
+    assert locks.get(claim) == f"q:{result.id}".encode()
+    result.revoke()
+    wait_until(lambda: not locks.exists(claim), timeout=10)
+    again = tasks.unique.delay(key)
+    assert again.id != result.id
+    assert again.get(timeout=RESULT_TIMEOUT)["id"] == again.id
+    assert result.state == "REVOKED"
+
+
 def test_a_copy_delivered_again_while_the_run_runs_never_runs_the_body_twice(
     workers, note_client, redis_server, key
 ):
