@@ -104,17 +104,40 @@ def _run_call(task: Any) -> Callable[[int], Any]:
     return lambda n: apply((n,))
 
 
-def timed(call: Callable[[int], Any], count: int) -> tuple[list[int], float]:
-    """``count`` calls: each one's ns, and the mean in µs."""
+def timed(call: Callable[[int], Any], count: int) -> tuple[list[int], float, float]:
+    """``count`` calls: each one's ns, the mean in µs and this process's CPU µs per call
+    (the watchdog thread's included)."""
     gc.collect()
     durations = [0] * count
     clock = time.perf_counter_ns
+    cpu_start = time.process_time_ns()
     start = clock()
     for i in range(count):
         t0 = clock()
         call(i)
         durations[i] = clock() - t0
-    return durations, (clock() - start) / count / 1000
+    end = clock()
+    cpu = (time.process_time_ns() - cpu_start) / count / 1000
+    return durations, (end - start) / count / 1000, cpu
+
+
+def _table(
+    title: str,
+    kinds: tuple[str, ...],
+    durations: dict[str, list[int]],
+    means: dict[str, list[float]],
+    cpu: dict[str, list[float]],
+) -> None:
+    print(f"| {title} | mean µs | p50 µs | p99 µs | CPU µs | mean over plain | CPU over plain |")
+    print("|---|---|---|---|---|---|---|")
+    plain_mean, plain_cpu = median(means["plain"]), median(cpu["plain"])
+    for kind in kinds:
+        mean, used = median(means[kind]), median(cpu[kind])
+        print(
+            f"| {kind} | {mean:.0f} | {percentile(durations[kind], 50) / 1000:.0f} "
+            f"| {percentile(durations[kind], 99) / 1000:.0f} | {used:.0f} "
+            f"| {mean - plain_mean:+.0f} | {used - plain_cpu:+.0f} |"
+        )
 
 
 def main() -> int:
@@ -122,62 +145,59 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--runs", type=int, default=1000)
     parser.add_argument("--quick", action="store_true", help="4 rounds x 300 runs")
+    parser.add_argument(
+        "--pin",
+        choices=("split", "none"),
+        default="split",
+        help="benchmark on the first CPU, server on the second (split, default), or no pinning",
+    )
     args = parser.parse_args()
     rounds, count = (4, 300) if args.quick else (args.rounds, args.runs)
 
     with bench_server() as server:
         cpus = sorted(os.sched_getaffinity(0))
-        if len(cpus) >= 2:  # benchmark on the first CPU, server on the second
+        if args.pin == "split" and len(cpus) >= 2:
             os.sched_setaffinity(0, {cpus[0]})
             server.pin({cpus[1]})
         tasks = configure(server.url)
         broker = server.client()
         runs: dict[str, list[int]] = {kind: [] for kind in RUN_KINDS}
         run_means: dict[str, list[float]] = {kind: [] for kind in RUN_KINDS}
+        run_cpu: dict[str, list[float]] = {kind: [] for kind in RUN_KINDS}
         publishes: dict[str, list[int]] = {kind: [] for kind in PUBLISH_KINDS}
         publish_means: dict[str, list[float]] = {kind: [] for kind in PUBLISH_KINDS}
+        publish_cpu: dict[str, list[float]] = {kind: [] for kind in PUBLISH_KINDS}
         calls = {kind: _run_call(tasks[kind]) for kind in RUN_KINDS}
         for kind in RUN_KINDS:  # warm up: connections, scripts loaded
             timed(calls[kind], 50)
         for r in range(rounds):
             shift = r % len(RUN_KINDS)
             for kind in RUN_KINDS[shift:] + RUN_KINDS[:shift]:
-                durations, mean = timed(calls[kind], count)
+                durations, mean, cpu = timed(calls[kind], count)
                 runs[kind].extend(durations)
                 run_means[kind].append(mean)
+                run_cpu[kind].append(cpu)
             for kind in PUBLISH_KINDS[r % 2 :] + PUBLISH_KINDS[: r % 2]:
                 task = tasks[kind]
                 first = (r + 1) * 1_000_000  # names of their own: every publish claims one
-                durations, mean = timed(
+                durations, mean, cpu = timed(
                     lambda n, task=task, first=first: task.delay(first + n), count
                 )
                 publishes[kind].extend(durations)
                 publish_means[kind].append(mean)
+                publish_cpu[kind].append(cpu)
                 broker.execute_command("SELECT", 1)
                 broker.flushdb()
                 broker.execute_command("SELECT", 0)
         broker.close()
 
-    print(f"# Celery tasks: {rounds} rounds x {count}, locks and broker on one private server\n")
-    print("| one run (`task.apply()`) | mean µs | p50 µs | p99 µs | mean over plain |")
-    print("|---|---|---|---|---|")
-    plain = median(run_means["plain"])
-    for kind in RUN_KINDS:
-        mean = median(run_means[kind])
-        print(
-            f"| {kind} | {mean:.0f} | {percentile(runs[kind], 50) / 1000:.0f} "
-            f"| {percentile(runs[kind], 99) / 1000:.0f} | +{mean - plain:.0f} µs |"
-        )
+    print(
+        f"# Celery tasks: {rounds} rounds x {count}, locks and broker on one private "
+        f"server, pin={args.pin}\n"
+    )
+    _table("one run (`task.apply()`)", RUN_KINDS, runs, run_means, run_cpu)
     print()
-    print("| one publish (`task.delay()`) | mean µs | p50 µs | p99 µs | mean over plain |")
-    print("|---|---|---|---|---|")
-    plain = median(publish_means["plain"])
-    for kind in PUBLISH_KINDS:
-        mean = median(publish_means[kind])
-        print(
-            f"| {kind} | {mean:.0f} | {percentile(publishes[kind], 50) / 1000:.0f} "
-            f"| {percentile(publishes[kind], 99) / 1000:.0f} | +{mean - plain:.0f} µs |"
-        )
+    _table("one publish (`task.delay()`)", PUBLISH_KINDS, publishes, publish_means, publish_cpu)
     return 0
 
 

@@ -240,8 +240,11 @@ def _locked(func: Callable[P, R], locking: _Locking) -> Callable[P, R]:
 def _body_of(task_class: type[Task]) -> Any:
     """The function a task class runs (its ``run``, unwrapped from ``staticmethod``).
     Read on the class: Celery's ``autoretry_for`` wraps ``run`` on the instance."""
-    run = inspect.getattr_static(task_class, "run", None)
-    return run.__func__ if isinstance(run, staticmethod) else run
+    for klass in task_class.__mro__:
+        run = klass.__dict__.get("run")
+        if run is not None:
+            return run.__func__ if isinstance(run, staticmethod) else run
+    return None
 
 
 def _task_running(run: Callable[..., Any], args: Sequence[Any]) -> Task | None:
@@ -285,7 +288,7 @@ class _Run:
             self.name,
             timeout=locking.timeout,
             auto_renew=True,
-            on_lost=self._lost,
+            on_lost=functools.partial(_report_lost, self.label),
             context=f"celery:{self.label}",
         )
         # With unique_while_queued, the run's claims on the lock name (None when the
@@ -421,13 +424,16 @@ class _Run:
         if finish_error is not None and exc is None:
             raise finish_error
 
-    def _lost(self, lock: Lock) -> None:
-        logger.warning(
-            "%s lost its lock %r while it ran (%s): another run may start now",
-            self.label,
-            self.name,
-            lock.lost_reason or "its lease ended",
-        )
+
+def _report_lost(label: str, lock: Lock) -> None:
+    """``on_lost`` of a task's lock (a function, not a method of the run: the lock must
+    not keep the run alive, nor the run the lock, through a cycle)."""
+    logger.warning(
+        "%s lost its lock %r while it ran (%s): another run may start now",
+        label,
+        lock.name,
+        lock.lost_reason or "its lease ended",
+    )
 
 
 def _published_again(exc: BaseException | None) -> bool:

@@ -11,10 +11,11 @@ import sys
 from typing import Any
 
 import pytest
-from celery import Task, current_task
+from celery import Celery, Task, current_task
 from celery.app.task import Context
 from celery.signals import task_revoked
 
+import django_distlock.celery
 from django_distlock import LockLost, LockNotAcquired, distlock
 from django_distlock.celery import LockedTask, locked_task
 from django_distlock.engine import LockKeys
@@ -73,6 +74,34 @@ def lock_key(name: str) -> str:
 def test_importing_django_distlock_does_not_import_celery():
     code = "import sys, django_distlock; assert 'celery' not in sys.modules, sys.modules.keys()"
     subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, check=True)
+
+
+def test_the_public_names_are_documented():
+    assert django_distlock.celery.__all__ == ["LockedTask", "locked_task"]
+    for name in django_distlock.celery.__all__:
+        assert getattr(django_distlock.celery, name).__doc__, name
+
+
+def test_an_app_whose_tasks_are_all_locked_tasks(redis_client):
+    """``task_cls=LockedTask``: the decorator alone gets unique_while_queued, and a task
+    without a lock is a plain one."""
+    other = Celery("other", task_cls="django_distlock.celery:LockedTask", set_as_current=False)
+    other.conf.broker_url = app.conf.broker_url
+
+    @other.task
+    @locked_task("inproc-unique:{account_id}", on_busy="skip", unique_while_queued=True)
+    def imported(account_id):
+        return account_id
+
+    @other.task
+    def plain(account_id):
+        return getattr(current_task.request, "distlock", None)
+
+    assert isinstance(imported, LockedTask)
+    first = imported.delay(19)
+    assert imported.delay(19).id == first.id
+    assert claim(redis_client, "inproc-unique:19") == f"q:{first.id}".encode()
+    assert plain.apply((19,)).get() is None
 
 
 def test_a_template_field_that_is_no_parameter_fails_at_decoration():

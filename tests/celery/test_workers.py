@@ -130,6 +130,17 @@ def test_retry_countdown_is_capped(workers, note_client, key):
     assert value["retries"] == len(whens) >= 2
 
 
+def test_retry_respects_max_retries(workers, note_client, key):
+    with distlock(f"retry:{key}", timeout=60, auto_renew=False):
+        result = tasks.retry_once.delay(key)
+        error = result.get(timeout=RESULT_TIMEOUT, propagate=False)
+    assert result.state == "FAILURE"
+    assert isinstance(error, LockNotAcquired)
+    assert f"could not acquire lock 'retry:{key}'" in str(error)
+    assert note_client.llen(f"retries:{result.id}") == 1
+    assert runs_of(note_client, key) == []
+
+
 def lock_waiters(client) -> int:
     """Clients blocked waiting for a lock (``BLPOP``; the workers wait for messages with
     ``BRPOP``)."""

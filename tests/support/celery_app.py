@@ -137,6 +137,13 @@ def retry_capped(key: str, seconds: float = 0.0) -> dict[str, Any]:
     return _body(key, seconds)
 
 
+@app.task(max_retries=1)
+@locked_task("retry:{key}", on_busy="retry", max_retry_countdown=0.2)
+def retry_once(key: str) -> dict[str, Any]:
+    """Retried once, then a failure."""
+    return _body(key, 0.0)
+
+
 @app.task
 @locked_task("wait:{key}", on_busy="wait", blocking_timeout=0.5)
 def wait_briefly(key: str, seconds: float = 0.0) -> dict[str, Any]:
