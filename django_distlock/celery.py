@@ -117,7 +117,7 @@ class _Locking:
             )
         template = NameTemplate(name)
         if template.is_constant:
-            validate_name(name)
+            validate_name(name, f"{argument}name")
         if blocking_timeout is not None:
             wait = validate_seconds(
                 blocking_timeout, f"{argument}blocking_timeout", allow_zero=True
