@@ -7,12 +7,14 @@ Redis.
 from __future__ import annotations
 
 import math
+import re
 import zlib
 from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
     "BUCKETS",
+    "ENGINE_KINDS",
     "MAX_CONTEXT_LENGTH",
     "MAX_LIMIT",
     "MAX_NAME_LENGTH",
@@ -187,6 +189,24 @@ of a lock carries its bucket's tag, so a lock's keys share one slot, its bucket'
 lives in that slot too, and the buckets spread the locks over a cluster's primaries.
 Part of the key layout: changing it moves every lock to other keys."""
 
+ENGINE_KINDS = frozenset(
+    (
+        "lock",
+        "fence",
+        "waiters",
+        "index",
+        "queue",
+        "queue-deadlines",
+        "signal",
+        "wake",
+        "holders",
+        "writers",
+        "holder-index",
+    )
+)
+"""The kinds of key the engine writes in a bucket (``PREFIX{bb}:KIND...``)."""
+_KIND = re.compile(r"[a-z0-9][a-z0-9-]*")
+
 _BUCKET_TAGS = tuple(f"{{{bucket:02x}}}" for bucket in range(BUCKETS))
 
 
@@ -304,6 +324,21 @@ class LockKeys:
         bucket's index of such holds as ``KEYS[4]``."""
         keys = self.all(waiter)
         return (*keys[:3], self.holder_index, *keys[4:])
+
+    def beside(self, kind: str) -> str:
+        """A key of another ``kind`` in this lock's slot, ``PREFIX{bb}:KIND:NAME``: state
+        that a layer built on locks keeps per lock name (the Celery integration's queue
+        claims), so that one script can touch it together with the lock's own keys.
+
+        ``kind`` is lowercase letters, digits and ``-``, and none of the engine's own
+        kinds, so no such key can be taken for a lock's:
+
+        >>> LockKeys.for_name("distlock:", "invoice:42").beside("celery-claim")
+        'distlock:{ee}:celery-claim:invoice:42'
+        """
+        if not _KIND.fullmatch(kind) or kind in ENGINE_KINDS:
+            raise ValueError(f"{kind!r} cannot name a kind of key beside a lock")
+        return f"{self.tag_prefix}{kind}:{self.name}"
 
     def wake(self, waiter: str) -> str:
         """The wake-up list of waiter ``waiter`` (an id of 16 hex digits): a fair waiter

@@ -790,21 +790,9 @@ class Lock:
 
     def _namer(self, func: Callable[..., Any]) -> Callable[[tuple[Any, ...], dict[str, Any]], str]:
         template = NameTemplate(self.name)
-        if template.is_constant:
+        if template.is_constant:  # any callable, even one without a signature
             return lambda args, kwargs: self.name
-        signature = inspect.signature(func)
-        for field, root in template.unknown_fields(signature.parameters):
-            raise ValueError(
-                f"lock name {self.name!r} uses {{{field}}} but "
-                f"{func.__qualname__}() has no parameter {root!r}"
-            )
-
-        def name_for(args: tuple[Any, ...], kwargs: dict[str, Any]) -> str:
-            bound = signature.bind(*args, **kwargs)
-            bound.apply_defaults()
-            return template.fill(bound.arguments)
-
-        return name_for
+        return template.namer(inspect.signature(func), f"{func.__qualname__}()")
 
     def renamed(self, name: str) -> Lock:
         """A new lock with the same options under another name."""

@@ -19,8 +19,9 @@ django_distlock.engine.templates.TemplateError: cannot fill {day} in lock name .
 
 from __future__ import annotations
 
+import inspect
 import string
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .keys import validate_name
@@ -85,6 +86,30 @@ class NameTemplate:
                 f"cannot fill {where} in lock name {self.template!r}: {type(exc).__name__}: {exc}"
             ) from exc
         return validate_name(name, "formatted lock name")
+
+    def namer(
+        self, signature: inspect.Signature, where: str
+    ) -> Callable[[Sequence[Any], Mapping[str, Any]], str]:
+        """The name for a call's ``(args, kwargs)``: the arguments bound to ``signature``
+        with its defaults applied, so that ``f(1)`` and ``f(x=1)`` name the same lock.
+
+        ``ValueError`` now, naming ``where`` (``"build_report()"``), if a field names no
+        parameter of ``signature``; ``TypeError`` later if a call does not bind to it.
+        """
+        if self.is_constant:
+            return lambda args, kwargs: self.template
+        for field, root in self.unknown_fields(signature.parameters):
+            raise ValueError(
+                f"lock name {self.template!r} uses {{{field}}} but "
+                f"{where} has no parameter {root!r}"
+            )
+
+        def name_for(args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            return self.fill(bound.arguments)
+
+        return name_for
 
 
 def _root(field: str) -> str:

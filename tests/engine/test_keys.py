@@ -14,6 +14,7 @@ from redis.crc import key_slot
 from django_distlock.engine import MAX_NAME_LENGTH, MAX_SECONDS, LockKeys, validate_name
 from django_distlock.engine.keys import (
     BUCKETS,
+    ENGINE_KINDS,
     MAX_CONTEXT_LENGTH,
     bucket_of,
     clean_label,
@@ -386,3 +387,38 @@ def test_a_name_never_reads_as_another_key_of_a_lock():
     index = LockKeys.for_name("p:", "index")
     assert index.lock.endswith(":lock:index")
     assert index.lock != index.index
+
+
+# -- keys beside a lock -------------------------------------------------------------------
+
+
+@given(st.one_of(valid_names, tricky_names))
+def test_a_key_beside_a_lock_shares_its_slot_and_prefix(name):
+    keys = LockKeys.for_name("distlock:", name)
+    beside = keys.beside("celery-claim")
+    assert beside == f"distlock:{{{bucket_of(name):02x}}}:celery-claim:{name}"
+    assert slot(beside) == slot(keys.lock)
+
+
+@pytest.mark.parametrize(
+    "kind", ["lock", "fence", "waiters", "index", "queue", "queue-deadlines", "signal", "wake"]
+)
+def test_the_engines_own_kinds_cannot_be_used_beside_a_lock(kind):
+    with pytest.raises(ValueError, match="cannot name a kind"):
+        LockKeys.for_name("p:", "a").beside(kind)
+
+
+@pytest.mark.parametrize("kind", ["", "a:b", "A", "-a", "a b", "{x}", "celery-claim:x"])
+def test_a_kind_is_lowercase_letters_digits_and_dashes(kind):
+    with pytest.raises(ValueError, match="cannot name a kind"):
+        LockKeys.for_name("p:", "a").beside(kind)
+
+
+def test_engine_kinds_name_every_key_the_engine_writes():
+    """``ENGINE_KINDS`` is kept by hand: every key of a lock must be in it, or a layer
+    built on locks could name a key of its own like one of the engine's."""
+    keys = LockKeys.for_name("p:", "a")
+    written = [*keys.all("0123456789abcdef"), keys.holder_index]
+    kinds = {key.removeprefix(keys.tag_prefix).split(":", 1)[0] for key in written}
+    assert kinds <= ENGINE_KINDS
+    assert kinds == ENGINE_KINDS

@@ -68,6 +68,9 @@ RUN_ELSEWHERE = {
     "tests/management/commands/test_distlock.py runs it with real programs, signals and "
     "exit codes",
     "echo $?": "the exit status of the command before it, shown in its output",
+    'pip install "django-distlock[celery]"': "the celery extra; tests/run.py installs it with"
+    " the test extra",
+    "celery -A proj": "tests/celery/ runs real celery worker and beat processes",
 }
 
 # Fenced blocks that are not code, by (file, first line of the block).

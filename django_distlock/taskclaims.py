@@ -1,0 +1,183 @@
+"""What ``unique_while_queued`` keeps in Redis: one claim per lock name, and the task
+ids that already ran.
+
+Beside each lock (same bucket, so one script touches them with the lock key):
+
+- ``PREFIX{bb}:celery-claim:NAME``, a string ``q:<task id>`` while that task is queued or
+  ``r:<task id>`` while it runs. Publishing another task with the same lock name is
+  refused while it exists. A queued claim expires (a message lost from the queue frees
+  the name); a running one also counts as free once the lock itself is gone, so a worker
+  killed mid-run frees it at the lock's lease end.
+- ``PREFIX{bb}:celery-done:NAME``, a sorted set of the task ids whose run ended, scored by
+  when they may be forgotten (server ms): a copy of the message delivered again (the
+  broker's ``visibility_timeout`` ran out while the task ran) is acknowledged without
+  running.
+- ``PREFIX{bb}:celery-defer:NAME``, the id of a task whose redelivered copy was put back
+  on the queue to run after the lock's lease, for a few seconds: other copies delivered
+  meanwhile are dropped rather than all put back.
+
+Each operation is one round trip. Every key is built by
+:meth:`~django_distlock.engine.keys.LockKeys.beside` and run through the engine's driver,
+which sends it to the node serving the lock's slot; nothing is written outside the
+prefix.
+"""
+
+from __future__ import annotations
+
+from .engine.backend import Backend
+from .engine.core import Call
+from .engine.io import SyncDriver
+from .engine.keys import LockKeys
+from .engine.records import LockRecord, decode, parse_lock_value
+from .engine.scripts import Script
+from .engine.tuning import ms
+
+__all__ = [
+    "CLAIM",
+    "FINISH",
+    "START",
+    "TaskClaims",
+    "holder_of",
+]
+
+# Sets `now_ms` from the server clock (scores are server time, as for the lock index).
+_NOW = r"""
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+"""
+
+CLAIM = Script(
+    "celery_claim",
+    r"""
+-- KEYS[1] the name's claim   KEYS[2] the lock
+-- ARGV[1] task id   ARGV[2] how long a queued claim lasts (ms)
+-- Takes the claim for a task about to be published, or keeps it for the same task id
+-- (a retry publishes the task again under its id).
+-- returns: nothing when the task id holds the claim now, else the id of the queued task,
+-- or of the running task whose lock is held, that holds it
+local current = redis.call('GET', KEYS[1])
+if current then
+  local id = string.sub(current, 3)
+  if id == ARGV[1] then
+    if string.sub(current, 1, 1) == 'q' and redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+      redis.call('PEXPIRE', KEYS[1], ARGV[2])
+    end
+    return false
+  end
+  if string.sub(current, 1, 1) == 'q' or redis.call('EXISTS', KEYS[2]) == 1 then
+    return id
+  end
+end
+redis.call('SET', KEYS[1], 'q:' .. ARGV[1], 'PX', ARGV[2])
+return false
+""",
+)
+
+START = Script(
+    "celery_start",
+    r"""
+-- KEYS[1] the name's claim   KEYS[2] the name's done set
+-- ARGV[1] task id   ARGV[2] how long the running claim lasts (ms)
+-- Called holding the lock, when a run of the task begins: marks the claim running,
+-- unless another task's queued claim holds it (a claim taken after ours expired).
+-- returns 1 if this task id already ran (this delivery is a copy), else 0
+"""
+    + _NOW
+    + r"""
+local done_until = redis.call('ZSCORE', KEYS[2], ARGV[1])
+if done_until and tonumber(done_until) > now_ms then return 1 end
+local current = redis.call('GET', KEYS[1])
+if not current or string.sub(current, 3) == ARGV[1] or string.sub(current, 1, 1) == 'r' then
+  redis.call('SET', KEYS[1], 'r:' .. ARGV[1], 'PX', ARGV[2])
+end
+return 0
+""",
+)
+
+FINISH = Script(
+    "celery_finish",
+    r"""
+-- KEYS[1] the name's claim   KEYS[2] the name's done set
+-- ARGV[1] task id   ARGV[2] 'done' (the run ended), 'queued' (it was published again:
+-- a retry) or 'forget' (it could not be published)   ARGV[3] how long the done record,
+-- or the queued claim, lasts (ms)
+-- Gives up the claim if it is still this task's (compare-and-delete, never another's).
+-- returns 1
+"""
+    + _NOW
+    + r"""
+local current = redis.call('GET', KEYS[1])
+local mine = current and string.sub(current, 3) == ARGV[1]
+if ARGV[2] == 'done' then
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now_ms)
+  redis.call('ZADD', KEYS[2], now_ms + tonumber(ARGV[3]), ARGV[1])
+  local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+  redis.call('PEXPIRE', KEYS[2], tonumber(last[2]) - now_ms + 1)
+  if mine then redis.call('DEL', KEYS[1]) end
+elseif ARGV[2] == 'queued' then
+  if not current or mine then redis.call('SET', KEYS[1], 'q:' .. ARGV[1], 'PX', ARGV[3]) end
+elseif mine then
+  redis.call('DEL', KEYS[1])
+end
+return 1
+""",
+)
+
+
+class TaskClaims:
+    """The claims of task ``task_id`` on lock ``name`` of ``backend`` (see the module's
+    docstring)."""
+
+    __slots__ = ("claim", "defer", "done", "driver", "lock", "name", "task_id")
+
+    def __init__(self, backend: Backend, name: str, task_id: str) -> None:
+        keys = LockKeys.for_name(backend.prefix, name)
+        self.name = name
+        self.task_id = task_id
+        self.lock = keys.lock
+        self.claim = keys.beside("celery-claim")
+        self.done = keys.beside("celery-done")
+        self.defer = keys.beside("celery-defer")
+        self.driver = SyncDriver(backend, name)
+
+    def take(self, lasts: float) -> str | None:
+        """Claim the name for the task, about to be published, for ``lasts`` seconds;
+        ``None`` on success, else the id of the task holding the claim."""
+        holder = self.driver.call(Call(CLAIM, (self.claim, self.lock), (self.task_id, ms(lasts))))
+        return None if holder is None else decode(holder)
+
+    def held_by_a_run(self) -> bool:
+        """Whether the lock is held by a run of the task (its context label ends with
+        ``[<task id>]``): a message of the task delivered again finds it so."""
+        record = holder_of(self.driver, self.name, self.lock)
+        return record is not None and record.context.endswith(f"[{self.task_id}]")
+
+    def start(self, lasts: float) -> bool:
+        """A run of the task begins (the lock is held): ``False`` if the task has already
+        run, so this delivery is a copy that must not run."""
+        reply = self.driver.call(Call(START, (self.claim, self.done), (self.task_id, ms(lasts))))
+        return int(reply) == 0
+
+    def finish(self, *, requeued: bool, lasts: float) -> None:
+        """The run of the task ended (remember it for ``lasts`` seconds), or it was
+        published again (``requeued``: claim the name as queued for ``lasts`` seconds)."""
+        mode = "queued" if requeued else "done"
+        self.driver.call(Call(FINISH, (self.claim, self.done), (self.task_id, mode, ms(lasts))))
+
+    def forget(self) -> None:
+        """Give up the task's claim (its message could not be published)."""
+        self.driver.call(Call(FINISH, (self.claim, self.done), (self.task_id, "forget", 1)))
+
+    def defer_once(self, lasts: float) -> bool:
+        """``True`` if no other copy of the task was put back in the last ``lasts``
+        seconds (and none will be until then): this copy is the one to put back."""
+        defer = self.defer
+        return (
+            self.driver.execute(defer, "SET", defer, self.task_id, "NX", "PX", ms(lasts))
+            is not None
+        )
+
+
+def holder_of(driver: SyncDriver, name: str, lock_key: str) -> LockRecord | None:
+    """Who holds lock ``name`` (key ``lock_key``) now, if anyone (its TTL is not read)."""
+    return parse_lock_value(name, driver.execute(lock_key, "GET", lock_key), ttl_ms=0)

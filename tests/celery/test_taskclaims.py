@@ -1,0 +1,168 @@
+"""The Redis side of ``unique_while_queued``: claims, done records and put-back copies,
+script by script, on one server and on a Redis Cluster."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from django_distlock.engine import Backend, LockKeys
+from django_distlock.taskclaims import TaskClaims
+from tests.support.engine import close_backend
+
+NAME = "import:42"
+
+
+@pytest.fixture
+def backend(redis_client):
+    backend = Backend(redis_client)
+    yield backend
+    backend.close()
+
+
+def claims(backend: Backend, task_id: str, name: str = NAME) -> TaskClaims:
+    return TaskClaims(backend, name, task_id)
+
+
+def keys(name: str = NAME) -> LockKeys:
+    return LockKeys.for_name("distlock:", name)
+
+
+def hold_lock(client: redis.Redis, task_id: str, name: str = NAME, lease_ms: int = 5000) -> None:
+    """Write the lock key as a run of ``task_id`` holding it would."""
+    owner = (
+        '{"host":"h","pid":1,"thread":"MainThread",'
+        f'"context":"celery:tasks.x[{task_id}]","auto_renew":true}}'
+    )
+    client.set(keys(name).lock, f"tok\n1\n1\n{lease_ms}\n{owner}", px=lease_ms)
+
+
+def test_the_first_task_takes_the_claim_and_others_are_told_who_holds_it(backend, redis_client):
+    assert claims(backend, "a").take(60) is None
+    assert claims(backend, "b").take(60) == "a"
+    assert redis_client.get(keys().beside("celery-claim")) == b"q:a"
+    assert 59_000 < redis_client.pttl(keys().beside("celery-claim")) <= 60_000
+
+
+def test_the_same_task_may_claim_again_and_never_shortens_its_claim(backend, redis_client):
+    first = claims(backend, "a")
+    assert first.take(60) is None
+    assert first.take(600) is None  # a retry with a countdown: the claim lasts longer
+    assert 599_000 < redis_client.pttl(keys().beside("celery-claim")) <= 600_000
+    assert first.take(1) is None
+    assert redis_client.pttl(keys().beside("celery-claim")) > 599_000
+
+
+def test_an_expired_queued_claim_frees_the_name(backend):
+    assert claims(backend, "a").take(0.05) is None
+    time.sleep(0.1)
+    assert claims(backend, "b").take(60) is None
+
+
+def test_a_running_claim_holds_while_the_lock_is_held_and_frees_when_it_is_gone(
+    backend, redis_client
+):
+    run = claims(backend, "a")
+    assert run.take(60) is None
+    hold_lock(redis_client, "a")
+    assert run.start(60)
+    assert redis_client.get(keys().beside("celery-claim")) == b"r:a"
+    assert claims(backend, "b").take(60) == "a"
+    # A worker killed mid-run: its lock's lease ends, and the name is free again.
+    redis_client.delete(keys().lock)
+    assert claims(backend, "b").take(60) is None
+
+
+def test_a_run_does_not_start_twice(backend, redis_client):
+    run = claims(backend, "a")
+    hold_lock(redis_client, "a")
+    assert run.start(60)
+    run.finish(requeued=False, lasts=60)
+    assert not run.start(60)  # a copy of its message, delivered again
+    assert claims(backend, "b").start(60)
+
+
+def test_a_run_does_not_take_a_claim_queued_by_another_task(backend, redis_client):
+    assert claims(backend, "b").take(60) is None  # taken after a's claim expired
+    assert claims(backend, "a").start(60)
+    assert redis_client.get(keys().beside("celery-claim")) == b"q:b"
+    claims(backend, "a").finish(requeued=False, lasts=60)
+    assert redis_client.get(keys().beside("celery-claim")) == b"q:b"
+
+
+def test_a_run_replaces_the_running_claim_of_a_run_that_died(backend, redis_client):
+    assert claims(backend, "dead").start(60)
+    assert claims(backend, "a").start(60)
+    assert redis_client.get(keys().beside("celery-claim")) == b"r:a"
+
+
+def test_finishing_gives_back_only_its_own_claim_and_remembers_the_task(backend, redis_client):
+    run = claims(backend, "a")
+    assert run.start(60)
+    run.finish(requeued=False, lasts=60)
+    assert not redis_client.exists(keys().beside("celery-claim"))
+    done = keys().beside("celery-done")
+    assert redis_client.zrange(done, 0, -1) == [b"a"]
+    assert 59_000 < redis_client.pttl(done) <= 60_001
+
+
+def test_done_records_are_forgotten_after_their_time(backend, redis_client):
+    claims(backend, "a").finish(requeued=False, lasts=0.05)
+    time.sleep(0.1)
+    claims(backend, "b").finish(requeued=False, lasts=60)
+    assert redis_client.zrange(keys().beside("celery-done"), 0, -1) == [b"b"]
+    assert claims(backend, "a").start(60)
+
+
+def test_a_retried_run_is_queued_again(backend, redis_client):
+    run = claims(backend, "a")
+    assert run.start(60)
+    run.finish(requeued=True, lasts=120)
+    assert redis_client.get(keys().beside("celery-claim")) == b"q:a"
+    assert 119_000 < redis_client.pttl(keys().beside("celery-claim")) <= 120_000
+    assert not redis_client.exists(keys().beside("celery-done"))
+    assert run.start(60)  # the retry runs
+
+
+def test_forget_gives_back_a_claim_whose_message_was_not_published(backend, redis_client):
+    assert claims(backend, "a").take(60) is None
+    claims(backend, "b").forget()
+    assert redis_client.get(keys().beside("celery-claim")) == b"q:a"
+    claims(backend, "a").forget()
+    assert not redis_client.exists(keys().beside("celery-claim"))
+
+
+def test_one_copy_at_a_time_is_put_back(backend):
+    assert claims(backend, "a").defer_once(0.05)
+    assert not claims(backend, "a").defer_once(0.05)
+    time.sleep(0.1)
+    assert claims(backend, "a").defer_once(0.05)
+
+
+def test_a_run_holding_the_lock_is_recognised_by_its_task_id(backend, redis_client):
+    assert not claims(backend, "a").held_by_a_run()
+    hold_lock(redis_client, "a")
+    assert claims(backend, "a").held_by_a_run()
+    assert not claims(backend, "b").held_by_a_run()
+    assert not claims(backend, "a]").held_by_a_run()
+
+
+async def test_every_script_runs_on_a_cluster(cluster_setup):
+    """Each script's keys share the lock's slot: no CROSSSLOT, whichever node serves it."""
+    cluster_setup.flushall()
+    backend = Backend(cluster=cluster_setup.urls)
+    try:
+        for name in ("import:1", "import:2", "report:{day}", "x"):
+            run = TaskClaims(backend, name, "a")
+            assert run.take(60) is None
+            assert TaskClaims(backend, name, "b").take(60) == "a"
+            assert not run.held_by_a_run()
+            assert run.start(60)
+            assert run.defer_once(1)
+            run.finish(requeued=False, lasts=60)
+            assert not run.start(60)
+            run.forget()
+    finally:
+        await close_backend(backend)
