@@ -54,6 +54,9 @@ _SIGNALS: dict[str, Signal] = {
     "lost": signals.lock_lost,
     "not_replicated": signals.lock_not_replicated,
 }
+"""The engine's event kinds that become rows and signals. The others (``error``,
+``release_failed``, ``renewed``, ``renew_failed``) are for metrics only: a row per
+renewal would flood the table."""
 
 _WRITERS: dict[str, Callable[[Item], None]] = {"async": write_later, "sync": write_now}
 """How each ``DISTLOCK["EVENTS"]`` mode writes a row (``"off"``: not at all)."""
@@ -72,11 +75,12 @@ def observer_for(config: Config) -> Observer:
     write = _WRITERS.get(mode)
 
     def observe(event: Event) -> None:
-        if write is not None:
-            write((event, None))
         signal = _SIGNALS.get(event.kind)
-        if signal is not None and signal.receivers:
-            _send(signal, Lock, event=event)
+        if signal is not None:
+            if write is not None:
+                write((event, None))
+            if signal.receivers:
+                _send(signal, Lock, event=event)
 
     observe.__qualname__ = f"observer_for.<{mode}>"
     return observe

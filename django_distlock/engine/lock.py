@@ -44,6 +44,7 @@ from .hold import Hold
 from .io import AsyncDriver, SyncDriver, completed
 from .keys import LockKeys, validate_context, validate_name, validate_replicas, validate_seconds
 from .ownership import current_task_or_thread, owner_label, run_on_loop_of, running_task
+from .renewal import lost_cause
 from .templates import NameTemplate
 from .tuning import ms
 from .watchdog import loop_watchdog, thread_watchdog
@@ -134,6 +135,12 @@ class Lock:
     ``aacquire()``. A hold whose owner ends without releasing it is released by the
     watchdog and reported lost. Locks are not re-entrant.
     """
+
+    template: str = ""
+    """The name template this lock's name was filled from (``"report:{day}"`` for the
+    locks a decorator makes, see :meth:`renamed`), ``""`` when the name was given as is.
+    Events carry it, so that metrics can label a lock by its template rather than by its
+    unbounded names."""
 
     def __init__(
         self,
@@ -268,7 +275,11 @@ class Lock:
         owner = threading.current_thread()
         hold, steps = self._begin(blocking, blocking_timeout, owner, running_task())
         driver = SyncDriver(hold.backend, self.name)
-        outcome = driver.run(steps)
+        try:
+            outcome = driver.run(steps)
+        except LockError as error:
+            self._report_failure(hold, error, acquiring=True)
+            raise
         if type(outcome) is NotReplicated:
             self._not_replicated(hold, outcome, _role_or_none(driver.execute, hold.keys.lock))
         return self._settle(hold, outcome, owner, thread_watchdog)
@@ -289,7 +300,11 @@ class Lock:
         hold, steps = self._begin(blocking, blocking_timeout, owner, owner)
         hold.loop = asyncio.get_running_loop()
         driver = AsyncDriver(hold.backend, self.name)
-        outcome = await driver.run(steps)
+        try:
+            outcome = await driver.run(steps)
+        except LockError as error:
+            self._report_failure(hold, error, acquiring=True)
+            raise
         if type(outcome) is NotReplicated:
             role = await _arole_or_none(driver.execute, hold.keys.lock)
             self._not_replicated(hold, outcome, role)
@@ -345,6 +360,8 @@ class Lock:
             started_mono=started,
             owner=weakref.ref(owner),
             report_lost=self._report_ref,
+            template=self.template,
+            blocking=blocking,
         )
         steps = acquire_steps(
             keys=hold.keys,
@@ -413,6 +430,7 @@ class Lock:
                 hold.thread,
                 waited=waited,
                 retry_after=outcome.retry_after,
+                cause="timeout" if hold.blocking else "busy",
             )
             return False
         hold.fence = outcome.fence
@@ -437,8 +455,9 @@ class Lock:
         hold.releasing = True
         try:
             released = SyncDriver(hold.backend, self.name).run(self._release_steps(hold))
-        except LockError:
+        except LockError as error:
             hold.release_failed = True
+            self._report_failure(hold, error, acquiring=False)
             raise
         finally:
             hold.releasing = False
@@ -456,8 +475,9 @@ class Lock:
             released, cancelled = await completed(
                 AsyncDriver(hold.backend, self.name).run(self._release_steps(hold))
             )
-        except LockError:
+        except LockError as error:
             hold.release_failed = True
+            self._report_failure(hold, error, acquiring=False)
             raise
         finally:
             hold.releasing = False
@@ -714,10 +734,12 @@ class Lock:
         return name_for
 
     def renamed(self, name: str) -> Lock:
-        """A new lock with the same options under another name."""
+        """A new lock with the same options under another name; its :attr:`template` is
+        this lock's name (or this lock's own template)."""
         clone = type(self).__new__(type(self))
         clone.__dict__.update(self.__dict__)
         clone.name = validate_name(name)
+        clone.template = self.template or self.name
         clone.retry_after = None
         clone._keys = None
         clone._owner_cache = None
@@ -761,9 +783,32 @@ class Lock:
                 host=HOSTNAME,
                 pid=os.getpid(),
                 thread=thread,
+                template=self.template,
                 **extra,
             )
         )
+
+    def _report_failure(self, hold: Hold, error: LockError, *, acquiring: bool) -> None:
+        """Tell the observer that an acquire (``error``) or a release (``release_failed``)
+        raised ``error``."""
+        if hold.backend.observer is None:
+            return
+        cause, reason = type(error).__name__, str(error)
+        if acquiring:
+            waited = time.monotonic() - hold.started_mono
+            self._emit(
+                hold.backend, "error", None, hold.thread, waited=waited, cause=cause, reason=reason
+            )
+        else:
+            self._emit(
+                hold.backend,
+                "release_failed",
+                hold,
+                hold.thread,
+                held=hold.held_for,
+                cause=cause,
+                reason=reason,
+            )
 
     def _report_lost(self, hold: Hold) -> None:
         hold.lost = True
@@ -771,7 +816,13 @@ class Lock:
             return
         hold.lost_reported = True
         self._emit(
-            hold.backend, "lost", hold, hold.thread, held=hold.held_for, reason=hold.lost_reason
+            hold.backend,
+            "lost",
+            hold,
+            hold.thread,
+            held=hold.held_for,
+            reason=hold.lost_reason,
+            cause=lost_cause(hold.lost_reason),
         )
         if self.on_lost is not None:
             try:
