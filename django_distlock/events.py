@@ -34,6 +34,7 @@ from .engine import Event, Lock, Observer
 from .eventrows import Item, delete_events_before
 from .eventwriter import current_writer, write_later, write_now
 from .settings import get_config
+from .telemetry import metrics_observer
 
 if TYPE_CHECKING:
     from .models import HeldLock
@@ -64,7 +65,8 @@ _WRITERS: dict[str, Callable[[Item], None]] = {"async": write_later, "sync": wri
 
 def observer_for(config: Config) -> Observer:
     """The observer to give a :class:`~django_distlock.engine.Backend` built for
-    ``config``: it records each event as ``config.events`` says and sends its signal.
+    ``config``: it records each event as ``config.events`` says, sends its signal, and
+    feeds the metrics backends ``config.metrics`` enables (:mod:`.telemetry`).
 
     It is called on the lock's hot path, so it does as little as possible there: in
     ``"async"`` mode it appends the event to a buffer and returns.
@@ -73,6 +75,7 @@ def observer_for(config: Config) -> Observer:
     """
     mode = config.events
     write = _WRITERS.get(mode)
+    measure = metrics_observer(config)
 
     def observe(event: Event) -> None:
         signal = _SIGNALS.get(event.kind)
@@ -81,6 +84,8 @@ def observer_for(config: Config) -> Observer:
                 write((event, None))
             if signal.receivers:
                 _send(signal, Lock, event=event)
+        if measure is not None:
+            measure(event)
 
     observe.__qualname__ = f"observer_for.<{mode}>"
     return observe
