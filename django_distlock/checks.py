@@ -11,6 +11,8 @@
                           or does not take ``(request, name, retry_after)``
 ``django_distlock.E005``  ``DISTLOCK["VIEW_ON_UNAVAILABLE"]`` does not import, is not
                           callable, or does not take ``(request, name)``
+``django_distlock.E006``  ``DISTLOCK["METRICS"]`` enables a backend whose library is not
+                          installed (``prometheus_client``, ``opentelemetry-api``)
 ``django_distlock.I001``  where locks live: one server, a Sentinel service, or a Cluster,
                           and which setting says so (``check --deploy`` only)
 ``django_distlock.W001``  a lock server does not answer ``PING``: the server, the primary
@@ -20,6 +22,10 @@
                           it can evict held locks; every primary is asked (``check
                           --deploy`` only; nothing is said when the policy cannot be read)
 ======================  ==============================================================
+
+Why this module is long: it is the one place that says what ``manage.py check`` can
+report, each id with its message and hint; the deploy checks ask every lock server of a
+topology (one server, a Sentinel's primary, each Cluster primary), a function each.
 """
 
 from __future__ import annotations
@@ -57,6 +63,7 @@ from .settings import (
     get_config,
     validate_setting,
 )
+from .telemetry import BACKENDS, missing_library
 
 __all__ = [
     "PING_TIMEOUT",
@@ -99,6 +106,8 @@ _HINTS = {
     "VIEW_ON_UNAVAILABLE": "Use the dotted path of a callable on_unavailable(request, name) "
     "that returns a response, or None for the default 503 response.",
     "VIEW_FAIL_OPEN": "Use True or False.",
+    "METRICS": "Use 'prometheus', 'otel', a list of both, or None (no metrics, the default).",
+    "METRICS_LABEL": "Use 'template' (the default), 'prefix' or 'none'.",
 }
 
 
@@ -160,8 +169,14 @@ def _hook_errors() -> list[CheckMessage]:
     return errors
 
 
+def _metrics_errors(config: Config) -> list[CheckMessage]:
+    missing = [BACKENDS[name] for name in config.metrics if missing_library(name)]
+    return [Error(b.problem, hint=b.hint, id="django_distlock.E006") for b in missing]
+
+
 def check_settings(app_configs: Sequence[AppConfig] | None, **kwargs: Any) -> list[CheckMessage]:
-    """E001-E005: the ``DISTLOCK`` setting, the cache it names and the view hooks."""
+    """E001-E006: the ``DISTLOCK`` setting, the cache it names, the view hooks and the
+    metrics backends' libraries."""
     errors = _settings_errors(getattr(settings, "DISTLOCK", {}))
     if errors:
         return errors
@@ -176,7 +191,7 @@ def check_settings(app_configs: Sequence[AppConfig] | None, **kwargs: Any) -> li
                 id="django_distlock.E001",
             )
         ]
-    return _cache_errors(config) + _hook_errors()
+    return _cache_errors(config) + _hook_errors() + _metrics_errors(config)
 
 
 def _deploy_options(options: Mapping[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from .engine import Event, Lock, Observer
 from .eventrows import Item, delete_events_before
 from .eventwriter import current_writer, write_later, write_now
 from .settings import get_config
+from .telemetry import metrics_observer
 
 if TYPE_CHECKING:
     from .models import HeldLock
@@ -54,6 +55,9 @@ _SIGNALS: dict[str, Signal] = {
     "lost": signals.lock_lost,
     "not_replicated": signals.lock_not_replicated,
 }
+"""The engine's event kinds that become rows and signals. The others (``error``,
+``release_failed``, ``renewed``, ``renew_failed``) are for metrics only: a row per
+renewal would flood the table."""
 
 _WRITERS: dict[str, Callable[[Item], None]] = {"async": write_later, "sync": write_now}
 """How each ``DISTLOCK["EVENTS"]`` mode writes a row (``"off"``: not at all)."""
@@ -61,7 +65,8 @@ _WRITERS: dict[str, Callable[[Item], None]] = {"async": write_later, "sync": wri
 
 def observer_for(config: Config) -> Observer:
     """The observer to give a :class:`~django_distlock.engine.Backend` built for
-    ``config``: it records each event as ``config.events`` says and sends its signal.
+    ``config``: it records each event as ``config.events`` says, sends its signal, and
+    feeds the metrics backends ``config.metrics`` enables (:mod:`.telemetry`).
 
     It is called on the lock's hot path, so it does as little as possible there: in
     ``"async"`` mode it appends the event to a buffer and returns.
@@ -70,13 +75,17 @@ def observer_for(config: Config) -> Observer:
     """
     mode = config.events
     write = _WRITERS.get(mode)
+    measure = metrics_observer(config)
 
     def observe(event: Event) -> None:
-        if write is not None:
-            write((event, None))
         signal = _SIGNALS.get(event.kind)
-        if signal is not None and signal.receivers:
-            _send(signal, Lock, event=event)
+        if signal is not None:
+            if write is not None:
+                write((event, None))
+            if signal.receivers:
+                _send(signal, Lock, event=event)
+        if measure is not None:
+            measure(event)
 
     observe.__qualname__ = f"observer_for.<{mode}>"
     return observe

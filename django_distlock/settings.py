@@ -19,6 +19,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from .engine.keys import MAX_SECONDS, validate_prefix, validate_replicas, validate_seconds
+from .measurements import LABEL_MODES
+from .telemetry import BACKENDS
 
 __all__ = [
     "DEFAULTS",
@@ -57,6 +59,8 @@ DEFAULTS: dict[str, Any] = {
     "VIEW_ON_BUSY": None,
     "VIEW_ON_UNAVAILABLE": None,
     "VIEW_FAIL_OPEN": False,
+    "METRICS": None,
+    "METRICS_LABEL": "template",
 }
 """Every key of ``DISTLOCK`` and its default:
 
@@ -85,6 +89,11 @@ an acquire (``WAIT``) for it to count (0: do not wait).
 ``VIEW_ON_UNAVAILABLE``: dotted path of ``on_unavailable(request, name)`` for views
 (answers when Redis is down; default: 503).
 ``VIEW_FAIL_OPEN``: run guarded views anyway when Redis is down (default: 503).
+``METRICS``: the metrics backends fed from lock events: ``"prometheus"``, ``"otel"``, a
+list of both, or ``None`` (off).
+``METRICS_LABEL``: what the metrics' ``lock`` label holds: ``"template"`` (the name
+template, else the name up to its first ``:``), ``"prefix"`` (up to the first ``:``) or
+``"none"`` (empty).
 """
 
 
@@ -124,6 +133,8 @@ class Config:
     view_on_busy: str | None
     view_on_unavailable: str | None
     view_fail_open: bool
+    metrics: tuple[str, ...]
+    metrics_label: str
 
 
 class SettingError(ImproperlyConfigured):
@@ -236,6 +247,24 @@ def _events(key: str, value: Any) -> str:
     return str(value)
 
 
+def _metrics(key: str, value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    names = [value] if isinstance(value, str) else value
+    if not isinstance(names, list | tuple) or not all(
+        isinstance(name, str) and name in BACKENDS for name in names
+    ):
+        choices = " or ".join(map(repr, BACKENDS))
+        raise _setting_error(key, f"must be {choices}, a list of them, or None; not {value!r}")
+    return tuple(dict.fromkeys(names))
+
+
+def _metrics_label(key: str, value: Any) -> str:
+    if value not in LABEL_MODES:
+        raise _setting_error(key, f"must be one of {', '.join(map(repr, LABEL_MODES))}")
+    return str(value)
+
+
 _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "CACHE": _cache,
     "URL": _optional_str,  # an unusable URL is the deploy check W001's to report
@@ -255,6 +284,8 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "VIEW_ON_BUSY": _optional_str,
     "VIEW_ON_UNAVAILABLE": _optional_str,
     "VIEW_FAIL_OPEN": _flag,
+    "METRICS": _metrics,
+    "METRICS_LABEL": _metrics_label,
 }
 
 

@@ -160,7 +160,7 @@ class Guard:
         self.fail_open = optional_bool(fail_open, "fail_open")
 
     def lock_for(self, request: HttpRequest, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Lock:
-        return distlock(
+        lock = distlock(
             self.namer(request, args, kwargs),
             timeout=self.timeout,
             blocking_timeout=self.blocking_timeout,
@@ -168,6 +168,9 @@ class Guard:
             fair=self.fair,
             context=self.context,
         )
+        if self.namer.template is not None:
+            lock.template = self.namer.template.template  # what metrics label it by
+        return lock
 
     def runs_unguarded(self, lock: Lock, error: LockBackendUnavailable) -> bool:
         """With Redis down: True to run the view without the lock (fail open), else

@@ -132,6 +132,22 @@ def test_no_engine_module_imports_django():
     assert {name: found for name, found in offenders.items() if found} == {}
 
 
+def test_only_the_metrics_backends_import_their_libraries():
+    """The engine, and every module that runs with ``DISTLOCK["METRICS"]`` off, work
+    without prometheus_client and opentelemetry (tests/metrics/test_telemetry.py checks
+    that a process with metrics off never imports them)."""
+    importers = {
+        name: sorted(
+            {t.split(".")[0] for t in imports_of(name)} & {"prometheus_client", "opentelemetry"}
+        )
+        for name in MODULES
+    }
+    assert {name: found for name, found in importers.items() if found} == {
+        "django_distlock.metrics": ["prometheus_client"],
+        "django_distlock.otel": ["opentelemetry"],
+    }
+
+
 def test_the_engine_imports_where_django_is_not_installed():
     """A finder that refuses Django stands for an environment without it."""
     script = textwrap.dedent(

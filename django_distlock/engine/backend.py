@@ -34,8 +34,16 @@ logger = logging.getLogger("django_distlock")
 class Event:
     """Something that happened to a lock, as told to a backend's observer.
 
-    ``kind`` is one of ``acquired released extended contended lost``; ``waited`` and
-    ``held`` are seconds (``None`` where they do not apply); ``at`` is epoch seconds.
+    ``kind`` is one of ``acquired released extended contended lost not_replicated``
+    (the events a holder or an operator would want told), or, for metrics, ``error`` (an
+    acquire raised), ``release_failed`` (a release could not reach Redis), ``renewed``
+    and ``renew_failed`` (a watchdog renewal and its failure). ``waited`` and ``held``
+    are seconds (``None`` where they do not apply); ``at`` is epoch seconds.
+    ``template`` is the name template the lock's name was filled from (``""`` when the
+    name was given as is). ``cause`` is a short code saying why: ``busy`` or ``timeout``
+    for ``contended``; ``gone``, ``expired`` or ``abandoned`` for ``lost`` (see
+    :func:`~.renewal.lost_cause`); ``error`` or ``gone`` for ``renew_failed``; the
+    exception's class name for ``error`` and ``release_failed``.
     """
 
     kind: str
@@ -50,6 +58,8 @@ class Event:
     retry_after: float | None = None
     reason: str = ""
     at: float = 0.0
+    template: str = ""
+    cause: str = ""
 
 
 Observer = Callable[[Event], None]

@@ -52,6 +52,10 @@ class Hold:
     valid_until_mono: float = 0.0
     """Local monotonic time the lease ends at, counted from when the request was sent."""
     waited: float = 0.0
+    template: str = ""
+    """The name template the lock's name was filled from (``""`` if none), for events."""
+    blocking: bool = False
+    """The acquire was willing to wait (a failure is then a timeout, not "busy")."""
     timer: Any = field(default=None, repr=False)
     """The async watchdog's pending renewal (cancelled on release)."""
     loop: Any = field(default=None, repr=False)

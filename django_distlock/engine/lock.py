@@ -54,6 +54,7 @@ from .keys import (
     validate_seconds,
 )
 from .ownership import current_task_or_thread, owner_label, run_on_loop_of, running_task
+from .renewal import lost_cause
 from .templates import NameTemplate
 from .tuning import ms
 from .watchdog import loop_watchdog, thread_watchdog
@@ -163,6 +164,12 @@ class Lock:
     before new shared ones; ``reentrant=True`` lets the owner take it again (any
     ``Lock`` of the same name and backend), freed once released as many times.
     """
+
+    template: str = ""
+    """The name template this lock's name was filled from (``"report:{day}"`` for the
+    locks a decorator makes, see :meth:`renamed`), ``""`` when the name was given as is.
+    Events carry it, so that metrics can label a lock by its template rather than by its
+    unbounded names."""
 
     def __init__(
         self,
@@ -337,7 +344,11 @@ class Lock:
             return True
         hold, steps = self._begin(blocking, blocking_timeout, owner, task)
         driver = SyncDriver(hold.backend, self.name)
-        outcome = driver.run(steps)
+        try:
+            outcome = driver.run(steps)
+        except LockError as error:
+            self._report_failure(hold, error, acquiring=True)
+            raise
         if type(outcome) is NotReplicated:
             self._not_replicated(hold, outcome, _role_or_none(driver.execute, hold.keys.lock))
         return self._settle(hold, outcome, owner, thread_watchdog)
@@ -360,7 +371,11 @@ class Lock:
         hold, steps = self._begin(blocking, blocking_timeout, owner, owner)
         hold.loop = asyncio.get_running_loop()
         driver = AsyncDriver(hold.backend, self.name)
-        outcome = await driver.run(steps)
+        try:
+            outcome = await driver.run(steps)
+        except LockError as error:
+            self._report_failure(hold, error, acquiring=True)
+            raise
         if type(outcome) is NotReplicated:
             role = await _arole_or_none(driver.execute, hold.keys.lock)
             self._not_replicated(hold, outcome, role)
@@ -400,6 +415,7 @@ class Lock:
         source = self._backend_source
         backend = source if type(source) is Backend else self.backend
         hold = self._new_hold(backend, owner, new_token())
+        hold.blocking = blocking
         steps = acquire_steps(
             keys=hold.keys,
             name=self.name,
@@ -437,6 +453,7 @@ class Lock:
             report_lost=self._report_ref,
             mode=self.mode,
             limit=0 if self.mode == SHARED else self.limit or 1,
+            template=self.template,
         )
 
     def _replicas(self, backend: Backend) -> tuple[int, int] | None:
@@ -488,6 +505,7 @@ class Lock:
                 hold.thread,
                 waited=waited,
                 retry_after=outcome.retry_after,
+                cause="timeout" if hold.blocking else "busy",
             )
             return False
         self._adopt(hold, outcome, owner, watchdog, now)
@@ -524,8 +542,9 @@ class Lock:
         hold.releasing = True
         try:
             released = SyncDriver(hold.backend, self.name).run(self._release_steps(hold))
-        except LockError:
+        except LockError as error:
             hold.release_failed = True
+            self._report_failure(hold, error, acquiring=False)
             raise
         finally:
             hold.releasing = False
@@ -546,8 +565,9 @@ class Lock:
             released, cancelled = await completed(
                 AsyncDriver(hold.backend, self.name).run(self._release_steps(hold))
             )
-        except LockError:
+        except LockError as error:
             hold.release_failed = True
+            self._report_failure(hold, error, acquiring=False)
             raise
         finally:
             hold.releasing = False
@@ -795,10 +815,12 @@ class Lock:
         return template.namer(inspect.signature(func), f"{func.__qualname__}()")
 
     def renamed(self, name: str) -> Lock:
-        """A new lock with the same options under another name."""
+        """A new lock with the same options under another name; its :attr:`template` is
+        this lock's name (or this lock's own template)."""
         clone = type(self).__new__(type(self))
         clone.__dict__.update(self.__dict__)
         clone.name = validate_name(name)
+        clone.template = self.template or self.name
         clone.retry_after = None
         clone._keys = None
         clone._owner_cache = None
@@ -842,9 +864,32 @@ class Lock:
                 host=HOSTNAME,
                 pid=os.getpid(),
                 thread=thread,
+                template=self.template,
                 **extra,
             )
         )
+
+    def _report_failure(self, hold: Hold, error: LockError, *, acquiring: bool) -> None:
+        """Tell the observer that an acquire (``error``) or a release (``release_failed``)
+        raised ``error``."""
+        if hold.backend.observer is None:
+            return
+        cause, reason = type(error).__name__, str(error)
+        if acquiring:
+            waited = time.monotonic() - hold.started_mono
+            self._emit(
+                hold.backend, "error", None, hold.thread, waited=waited, cause=cause, reason=reason
+            )
+        else:
+            self._emit(
+                hold.backend,
+                "release_failed",
+                hold,
+                hold.thread,
+                held=hold.held_for,
+                cause=cause,
+                reason=reason,
+            )
 
     def _report_lost(self, hold: Hold) -> None:
         hold.lost = True
@@ -852,7 +897,13 @@ class Lock:
             return
         hold.lost_reported = True
         self._emit(
-            hold.backend, "lost", hold, hold.thread, held=hold.held_for, reason=hold.lost_reason
+            hold.backend,
+            "lost",
+            hold,
+            hold.thread,
+            held=hold.held_for,
+            reason=hold.lost_reason,
+            cause=lost_cause(hold.lost_reason),
         )
         if self.on_lost is not None:
             try:

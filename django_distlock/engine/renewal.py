@@ -1,36 +1,50 @@
 """What a renewal decides, the same for the thread and the loop watchdogs: when to renew,
 how long an attempt may wait, what an answer or a failure means, when a hold is
-abandoned or lost, and how its holder is told. No threads, timers or I/O here.
+abandoned or lost, how its holder is told, and the events the watchdog reports. No
+threads, timers or I/O here.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 
-from .core import Call, extend_call, release_call
+from .backend import Event
+from .core import HOSTNAME, Call, extend_call, release_call
 from .exceptions import LockError
 from .hold import Hold
 from .scripts import WAKE
 
 __all__ = [
+    "LOST_CAUSES",
     "abandoned_reason",
     "abandoned_release_call",
     "after_failure",
     "after_renewal",
     "attempt_timeout",
     "first_renewal",
+    "hold_event",
     "lease_end_reason",
+    "lost_cause",
     "mark_lost",
     "released_abandoned",
     "renewal_call",
+    "renewal_event",
     "settled",
     "tell_holder",
     "wake_calls",
 ]
 
 logger = logging.getLogger("django_distlock")
+
+LOST_CAUSES = ("gone", "expired", "abandoned")
+"""What :func:`lost_cause` can say, the ``cause`` of a ``lost`` event."""
+
+_LEASE_ENDED = "the lease ended"
+_OBJECT_DROPPED = "its lock object was garbage-collected while it held the lock"
+_OWNER_ENDED = "its owner "
 
 
 def renewal_call(hold: Hold) -> Call:
@@ -65,9 +79,9 @@ def attempt_timeout(hold: Hold, now: float) -> float:
 def abandoned_reason(hold: Hold) -> str:
     """Why nobody will release ``hold`` any more, or ``""`` while someone may."""
     if hold.report_lost() is None:
-        return "its lock object was garbage-collected while it held the lock"
+        return _OBJECT_DROPPED
     if not hold.owner_alive():
-        return f"its owner {hold.thread!r} ended without releasing it"
+        return f"{_OWNER_ENDED}{hold.thread!r} ended without releasing it"
     return ""
 
 
@@ -98,8 +112,8 @@ def after_failure(hold: Hold, exc: BaseException) -> float | None:
 def lease_end_reason(hold: Hold) -> str:
     """Why a hold whose lease ended without a confirmed renewal is lost."""
     if hold.renewal_error:
-        return f"the lease ended while Redis could not be reached ({hold.renewal_error})"
-    return "the lease ended before Redis confirmed a renewal"
+        return f"{_LEASE_ENDED} while Redis could not be reached ({hold.renewal_error})"
+    return f"{_LEASE_ENDED} before Redis confirmed a renewal"
 
 
 def settled(hold: Hold) -> bool:
@@ -118,11 +132,64 @@ def mark_lost(hold: Hold, reason: str = "") -> bool:
     return True
 
 
+def lost_cause(reason: str) -> str:
+    """What kind of loss ``reason`` (a hold's ``lost_reason``) describes, one of
+    :data:`LOST_CAUSES`: ``"abandoned"`` (its owner ended, or its lock object was
+    dropped, without releasing it), ``"expired"`` (its lease ended before Redis confirmed
+    a renewal: Redis unreachable or too slow; also a reason never set), or ``"gone"``
+    (Redis says the lock is no longer ours: its lease ended there, an operator
+    force-released it, or another holder took it)."""
+    if reason.startswith((_OBJECT_DROPPED, _OWNER_ENDED)):
+        return "abandoned"
+    if not reason or reason.startswith(_LEASE_ENDED):
+        return "expired"
+    return "gone"
+
+
+def hold_event(hold: Hold, kind: str, **details: Any) -> Event:
+    """An event about ``hold`` (for its backend's observer) where no lock object is at
+    hand: renewals, and the loss of a hold whose lock object is gone."""
+    return Event(
+        kind=kind,
+        name=hold.name,
+        fence=hold.fence,
+        context=hold.context,
+        host=HOSTNAME,
+        pid=os.getpid(),
+        thread=hold.thread,
+        template=hold.template,
+        at=time.time(),
+        **details,
+    )
+
+
+def renewal_event(hold: Hold, reply: Any, due: float | None) -> Event | None:
+    """The event a renewal attempt makes, given its ``reply`` and what
+    :func:`after_renewal` concluded (``due``): ``renewed``, or ``renew_failed`` with cause
+    ``"error"`` (no answer: retried while the lease lasts) or ``"gone"`` (the lock is no
+    longer ours: a ``lost`` event follows). ``None`` when nobody observes the backend."""
+    if hold.backend.observer is None:
+        return None
+    if isinstance(reply, LockError):
+        return hold_event(hold, "renew_failed", cause="error", reason=str(reply))
+    if due is None:
+        return hold_event(hold, "renew_failed", cause="gone", reason=hold.lost_reason)
+    return hold_event(hold, "renewed")
+
+
 def tell_holder(hold: Hold) -> None:
-    """Tell whoever holds ``hold`` that it was lost (``on_lost``, events, signals)."""
+    """Tell whoever holds ``hold`` that it was lost (``on_lost``, events, signals); with
+    its lock object gone, only the backend's observer is told."""
     report = hold.report_lost()
     if report is not None:
         report(hold)
+    elif not hold.lost_reported:
+        hold.lost_reported = True
+        reason = hold.lost_reason
+        held = hold.held_for
+        hold.backend.emit(
+            hold_event(hold, "lost", held=held, reason=reason, cause=lost_cause(reason))
+        )
 
 
 def released_abandoned(hold: Hold, reply: Any) -> None:

@@ -14,7 +14,8 @@ What the renewal path promises:
 - Telling the holder (``on_lost``, the ``lost`` event, signals, event recording) never
   runs on the renewal path: every holder, sync or async, is told from a notifier thread,
   so that a slow callback blocks neither a renewal thread nor an event loop (an async
-  ``on_lost`` runs on its hold's loop).
+  ``on_lost`` runs on its hold's loop). The ``renewed``/``renew_failed`` events go to
+  the observer from the same thread.
 - A hold whose owner (thread or task) ended, or whose lock object was dropped, without
   releasing is not renewed: it is released, logged at WARNING and reported lost.
 """
@@ -49,6 +50,7 @@ from .renewal import (
     mark_lost,
     released_abandoned,
     renewal_call,
+    renewal_event,
     settled,
     tell_holder,
     wake_calls,
@@ -166,6 +168,9 @@ class _Lane:
             if hold.released or hold.releasing:
                 continue  # released while the renewal was in flight: its answer means nothing
             due = after_renewal(hold, reply, sent_at)
+            event = renewal_event(hold, reply, due)
+            if event is not None:
+                self._watchdog.notifier.submit(hold.backend.emit, event)
             if due is None:
                 if mark_lost(hold):
                     self._watchdog.notifier.submit(tell_holder, hold)
@@ -322,6 +327,9 @@ class LoopWatchdog:
             if hold.released or hold.releasing:
                 return
             due = after_renewal(hold, reply, sent_at)
+            event = renewal_event(hold, reply, due)
+            if event is not None:
+                notifier().submit(hold.backend.emit, event)
         if due is None:
             if mark_lost(hold):
                 notifier().submit(tell_holder, hold)

@@ -9,8 +9,10 @@ on one process harness (:mod:`.servers`, :mod:`.redis_servers`,
 For the tests only: helpers to drive and inspect the engine (:mod:`.engine`, with the
 worker processes of :mod:`.workers`), the check that no test leaves a lock held by
 nobody (:mod:`.hygiene`), guarded views (:mod:`.view_urls`), the runner of the docs'
-examples (:mod:`.docs_examples`), the browser fixtures (:mod:`.browser`) and two Django
-apps the tests install (``commands_app``, ``fencing_app``).
+examples (:mod:`.docs_examples`), the browser fixtures (:mod:`.browser`), reading metrics
+and the worker processes of the multiprocess metrics test (:mod:`.metrics`,
+:mod:`.metrics_workers`) and two Django apps the tests install (``commands_app``,
+``fencing_app``).
 """
 
 from pathlib import Path

@@ -71,6 +71,11 @@ RUN_ELSEWHERE = {
     'pip install "django-distlock[celery]"': "the celery extra; tests/run.py installs it with"
     " the test extra",
     "celery -A proj": "tests/celery/ runs real celery worker and beat processes",
+    'pip install "django-distlock[': "an install from PyPI with an extra; tests/run.py "
+    "installs the test extra, which has what every extra brings",
+    "mkdir -p /run/myproject/prometheus": "a gunicorn deployment's set-up; "
+    "tests/metrics/test_multiprocess.py runs worker processes in multiprocess mode",
+    "PROMETHEUS_MULTIPROC_DIR=/run/myproject/prometheus gunicorn": "the same",
 }
 
 # Fenced blocks that are not code, by (file, first line of the block).
@@ -86,6 +91,11 @@ NOT_CODE = {
     ("docs/views.md", "?: (django_distlock.E001) DISTLOCK has an unknown key 'TIMEOUTS'"): (
         "manage.py check output"
     ),
+    (
+        "docs/metrics.md",
+        "?: (django_distlock.E006) DISTLOCK['METRICS'] enables 'prometheus', but "
+        "prometheus_client is not installed",
+    ): "manage.py check output (tests/metrics/test_telemetry.py checks the message)",
 }
 
 

@@ -1,0 +1,96 @@
+"""The metrics backends ``DISTLOCK["METRICS"]`` enables, loaded only then:
+``"prometheus"`` (:mod:`django_distlock.metrics`) and ``"otel"``
+(:mod:`django_distlock.otel`). With ``METRICS`` off, neither they nor their libraries are
+imported.
+
+:func:`metrics_observer` is what :func:`django_distlock.events.observer_for` adds to the
+rows and signals; :func:`missing_library` is what the system check ``E006`` asks.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from django.core.exceptions import ImproperlyConfigured
+
+from .engine import Event, Observer
+
+if TYPE_CHECKING:
+    from .settings import Config
+
+__all__ = ["BACKENDS", "MetricsBackend", "metrics_observer", "missing_library"]
+
+
+@dataclass(frozen=True)
+class MetricsBackend:
+    """A metrics backend: the module of ours that feeds it, the library that module needs,
+    and the extra that installs it."""
+
+    name: str
+    module: str
+    library: str
+    extra: str
+
+    @property
+    def problem(self) -> str:
+        """What ``manage.py check`` says when the library is missing."""
+        return f"DISTLOCK['METRICS'] enables {self.name!r}, but {self.library} is not installed"
+
+    @property
+    def hint(self) -> str:
+        """How to fix :attr:`problem`."""
+        return (
+            f'Install it with pip install "django-distlock[{self.extra}]", or remove '
+            f"{self.name!r} from DISTLOCK['METRICS']."
+        )
+
+
+BACKENDS: dict[str, MetricsBackend] = {
+    "prometheus": MetricsBackend(
+        "prometheus", "django_distlock.metrics", "prometheus_client", "prometheus"
+    ),
+    "otel": MetricsBackend("otel", "django_distlock.otel", "opentelemetry.metrics", "otel"),
+}
+"""Every value of ``DISTLOCK["METRICS"]``, and what it needs."""
+
+
+def missing_library(name: str) -> bool:
+    """True when backend ``name`` cannot run: its library is not installed (found
+    without importing it)."""
+    try:
+        return importlib.util.find_spec(BACKENDS[name].library) is None
+    except ImportError:  # a parent package is missing
+        return True
+
+
+def metrics_observer(config: Config) -> Observer | None:
+    """One observer feeding every backend ``config.metrics`` enables, with
+    ``config.metrics_label`` labels; ``None`` when none is. ``ImproperlyConfigured`` when
+    a backend's library is missing."""
+    observers = [_load(name).observer(config.metrics_label) for name in config.metrics]
+    if not observers:
+        return None
+    if len(observers) == 1:
+        return observers[0]
+    return _fan_out(observers)
+
+
+def _load(name: str) -> ModuleType:
+    backend = BACKENDS[name]
+    try:
+        return importlib.import_module(backend.module)
+    except ImportError as exc:
+        raise ImproperlyConfigured(f"{backend.problem} ({exc}). {backend.hint}") from exc
+
+
+def _fan_out(observers: Sequence[Observer]) -> Observer:
+    def observe(event: Event) -> None:
+        for observe_one in observers:
+            observe_one(event)
+
+    return observe
