@@ -19,6 +19,7 @@ import redis.cluster
 import redis.connection
 
 from . import process
+from .core import EXCLUSIVE
 from .exceptions import LockError
 from .keys import validate_prefix, validate_replicas, validate_seconds
 from .pools import connection_settings
@@ -36,6 +37,9 @@ class Event:
 
     ``kind`` is one of ``acquired released extended contended lost``; ``waited`` and
     ``held`` are seconds (``None`` where they do not apply); ``at`` is epoch seconds.
+    ``mode`` is the kind of hold: ``"exclusive"``, ``"shared"`` or ``"limited"``
+    (``limit``: how many holds the limited lock admits, ``None`` for the other kinds).
+    Taking a re-entrant lock again, and releasing it but the last time, are no events.
     """
 
     kind: str
@@ -50,6 +54,8 @@ class Event:
     retry_after: float | None = None
     reason: str = ""
     at: float = 0.0
+    mode: str = EXCLUSIVE
+    limit: int | None = None
 
 
 Observer = Callable[[Event], None]

@@ -845,6 +845,7 @@ class Lock:
     ) -> None:
         if backend.observer is None:
             return
+        mode = self.mode
         backend.emit(
             Event(
                 kind=kind,
@@ -854,6 +855,8 @@ class Lock:
                 host=HOSTNAME,
                 pid=os.getpid(),
                 thread=thread,
+                mode=mode,
+                limit=self.limit if mode == LIMITED else None,
                 **extra,
             )
         )
