@@ -50,6 +50,8 @@ WRITTEN_FIELDS = (
     "held_ms",
     "reason",
     "at",
+    "mode",
+    "limit",
 )
 
 
@@ -145,6 +147,8 @@ def insert(items: Sequence[Item], alias: str) -> None:
             None if event.held is None else event.held * 1000,
             event.reason,
             stored_at(event.at or now),
+            event.mode,
+            event.limit,
         )
         for event, user_pk in items
     ]

@@ -31,6 +31,7 @@ from django.utils import timezone
 
 from . import signals
 from .engine import Event, Lock, Observer
+from .engine.core import EXCLUSIVE
 from .eventrows import Item, delete_events_before
 from .eventwriter import current_writer, write_later, write_now
 from .settings import get_config
@@ -98,7 +99,7 @@ def record_force_release(held_lock: HeldLock, user: Any, *, released: bool) -> N
     anyway, with that said in ``reason``.
 
     Called by ``HeldLock.release(force=True, by=user)``; the row is written like every
-    other event (``DISTLOCK["EVENTS"]``).
+    other event (``DISTLOCK["EVENTS"]``), with the hold's ``mode`` and ``limit``.
 
     >>> record_force_release(held_lock, request.user, released=True)  # doctest: +SKIP
     """
@@ -124,6 +125,8 @@ def record_force_release(held_lock: HeldLock, user: Any, *, released: bool) -> N
         held=held,
         reason=reason,
         at=time.time(),
+        mode=held_lock.mode or EXCLUSIVE,
+        limit=held_lock.limit,
     )
     write = _WRITERS.get(get_config().events)
     if write is not None:

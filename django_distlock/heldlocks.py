@@ -7,6 +7,11 @@ like a Django queryset (lazy, chainable, sliceable) and is evaluated by the list
     HeldLock.objects.filter(name__startswith="invoice:").order_by("-acquired_at")[:50]
     HeldLock.objects.get(name="invoice:42").release(force=True, by=request.user)
 
+There is one row per hold: an exclusive lock has one, a shared or limited lock one per
+holder (``mode``, ``limit`` and ``holders`` say which kind and how full it is), so
+``get(name=...)`` of a lock held by two shared holders raises
+``MultipleObjectsReturned``; ``filter(name=...)`` lists them.
+
 A page of a listing costs two round trips, whatever the size of the keyspace (see the
 listing). Force releases are recorded by the recorder the app installs at start-up
 (:func:`record_force_releases_with`), the events layer's.
@@ -103,6 +108,9 @@ def _instance(model: type[HeldLock], record: LockRecord) -> HeldLock:
         "ttl": record.ttl,
         "auto_renew": record.auto_renew,
         "token": record.token,
+        "mode": record.mode,
+        "limit": record.limit,
+        "holders": record.holders,
     }
     # Positional arguments in field order take the model's fast path (a listing of all
     # 10,000 locks builds 10,000 instances).
@@ -112,16 +120,18 @@ def _instance(model: type[HeldLock], record: LockRecord) -> HeldLock:
 
 
 class HeldLockQuerySet:
-    """The held locks matching some name lookups, in some order, read from Redis when
-    evaluated (iteration, ``len()``, ``count()``, ``get()``, ``first()``, ``exists()``,
-    indexing). Chainable like a Django ``QuerySet``, but it is not one.
+    """The holds of the locks matching some name lookups, in some order, read from Redis
+    when evaluated (iteration, ``len()``, ``count()``, ``get()``, ``first()``,
+    ``exists()``, indexing). Chainable like a Django ``QuerySet``, but it is not one.
 
     >>> qs = HeldLock.objects.filter(name__startswith="invoice:")   # doctest: +SKIP
     >>> qs.count(), [lock.name for lock in qs.order_by("-ttl")[:10]] # doctest: +SKIP
 
-    ``count()`` counts the listing index; iteration skips the locks released between
-    reading the index and reading their values (a few milliseconds), so a page can be
-    shorter than ``count()`` promised by the locks released meanwhile.
+    One row per hold (the holds of one shared or limited lock are next to each other in
+    name order, by token). ``count()`` counts the listing indexes; iteration skips the
+    holds released between reading the indexes and reading their values (a few
+    milliseconds), so a page can be shorter than ``count()`` promised by the holds
+    released meanwhile.
     """
 
     def __init__(
@@ -252,7 +262,7 @@ class HeldLockQuerySet:
         return self.exists()
 
     def count(self) -> int:
-        """How many locks match, from the listing index alone (one round trip, however
+        """How many holds match, from the listing indexes alone (one round trip, however
         many locks are held). Once the queryset was evaluated: how many it holds."""
         if self._result_cache is not None:
             return len(self._result_cache)
@@ -313,9 +323,10 @@ def lock_server_eviction_policy() -> str | None:
 
 
 def release_held_lock(held: HeldLock, *, force: bool = False, by: Any = None) -> bool:
-    """Break ``held``: delete the lock if it still holds the token it was read with,
-    and wake one waiter. Returns ``True`` if it released it, ``False`` if the lock had
-    been released or changed hands since it was read (nothing is touched then).
+    """Break ``held``: end that hold if the lock still has the token it was read with,
+    and wake a waiter. Returns ``True`` if it released it, ``False`` if the hold had
+    been released or the lock changed hands since it was read (nothing is touched then).
+    For a shared or limited lock only that hold ends; the other holders keep theirs.
 
     This takes a lock away from a process that believes it holds it (its watchdog tells
     it: ``lock.lost``, ``lock_lost``, ``LockLost`` on leaving ``with``), so it refuses to
@@ -332,7 +343,7 @@ def release_held_lock(held: HeldLock, *, force: bool = False, by: Any = None) ->
         )
     if not held.token:
         raise ValueError(f"held lock {held.name!r} was not read from Redis (it has no token)")
-    released = Listing(get_backend()).force_release(held.name, held.token)
+    released = Listing(get_backend()).force_release(held.name, held.token, held.mode or None)
     if _recorder is not None:
         _recorder(held, by, released=released)
     return released

@@ -29,7 +29,7 @@ from .durations import format_duration, seconds_type
 from .engine.exceptions import LockBackendUnavailable, LockError, LockLost
 from .engine.keys import clean_label, validate_name
 from .engine.templates import NameTemplate, TemplateError
-from .locks import distlock
+from .locks import check_kind, distlock
 from .models import HeldLock
 from .terminal import holder_label, timestamp_and_age
 
@@ -43,15 +43,33 @@ else:
 __all__ = ["LockedCommand", "LockedCommandMixin", "busy_message", "holder_description"]
 
 
+SHOWN_HOLDERS = 3
+"""Holders of a shared or limited lock a message names (the others are counted)."""
+
+
 def holder_description(name: str) -> str | None:
     """``web-3 pid 4242 since 2026-11-22 10:01:02 UTC (12s ago)`` for the current holder
-    of lock ``name``, or ``None`` if nobody holds it (or it cannot be read)."""
+    of lock ``name``, or ``None`` if nobody holds it (or it cannot be read). The holders
+    of a shared or limited lock are named one after the other (the first three, then
+    how many more), after its mode: ``3 holders (limited 3/3): web-3 pid 4242 since ...;
+    ...``."""
     try:
-        held = HeldLock.objects.get(name=name)
-    except (HeldLock.DoesNotExist, LockError, ImproperlyConfigured):
+        holds = list(HeldLock.objects.filter(name=name)[: SHOWN_HOLDERS + 1])
+    except (LockError, ImproperlyConfigured):
         return None
-    since = "" if held.acquired_at is None else f" since {timestamp_and_age(held.acquired_at)}"
-    return f"{holder_label(held.host, held.pid)}{since}"
+    if not holds:
+        return None
+    described = "; ".join(
+        f"{holder_label(held.host, held.pid)} since {timestamp_and_age(held.acquired_at)}"
+        for held in holds[:SHOWN_HOLDERS]
+    )
+    first = holds[0]
+    if len(holds) == 1 and first.holders <= 1:
+        return described
+    more = first.holders - SHOWN_HOLDERS
+    if more > 0:
+        described += f"; and {more} more"
+    return f"{first.holders} holders ({first.mode_label}): {described}"
 
 
 def busy_message(name: str, waited: float) -> str:
@@ -105,8 +123,21 @@ class LockedCommandMixin(_CommandBase):
     """Lease in seconds (default ``DISTLOCK["TIMEOUT"]``); ``--lock-timeout`` overrides."""
     lock_wait: float = 0
     """Seconds to wait for a busy lock (``0``: fail at once); ``--lock-wait`` overrides."""
+    lock_limit: int | None = None
+    """Let up to this many runs hold the lock at once (``distlock(..., limit=N)``); the
+    next one is busy. ``None`` (default): one run at a time."""
+    lock_shared: bool = False
+    """Take a shared hold (``distlock(..., shared=True)``): runs of commands with a shared
+    hold of the same name run together, and one with an exclusive hold waits for them."""
 
     lock: Lock | None = None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        try:
+            check_kind(limit=cls.lock_limit, shared=cls.lock_shared)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{cls.__module__}.{cls.__qualname__}: {exc}") from None
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         """Add the locking options after the command's own (``add_arguments`` need not
@@ -213,6 +244,8 @@ class LockedCommandMixin(_CommandBase):
                 auto_renew=True,
                 on_lost=lambda lock: self.on_lock_lost(),
                 context=clean_label(f"manage.py {self.command_name}"),
+                limit=self.lock_limit,
+                shared=self.lock_shared,
             )
         except (TypeError, ValueError) as exc:
             raise CommandError(f"invalid lock for {self.command_name}: {exc}") from exc

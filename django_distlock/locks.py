@@ -9,7 +9,7 @@ from typing import Any
 from .connections import get_backend
 from .engine import Lock, LockGroup
 
-__all__ = ["distlock", "distlock_many"]
+__all__ = ["check_kind", "distlock", "distlock_many"]
 
 
 def distlock(name: str, **options: Any) -> Lock:
@@ -52,6 +52,19 @@ def distlock_many(names: Iterable[str], **options: Any) -> LockGroup:
             "distlock_many() takes its backend from the settings; use LockGroup(backend=...)"
         )
     return LockGroup(names, backend=get_backend, **options)
+
+
+def check_kind(*, limit: int | None = None, shared: bool = False, reentrant: bool = False) -> None:
+    """Raise the ``TypeError``/``ValueError`` that ``distlock(..., limit=limit,
+    shared=shared, reentrant=reentrant)`` would, without a lock name or a backend: so
+    that ``lock_view`` and ``LockedCommand`` refuse bad kind options when a view is
+    decorated or a command class is defined, not on the first request or run.
+
+    >>> check_kind(limit=3, shared=True)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: limit and shared cannot be combined: ...
+    """
+    Lock("kind", backend=get_backend, limit=limit, shared=shared, reentrant=reentrant)
 
 
 # What help(), IDEs and the docs' signature checks show: Lock's own options, one source.

@@ -10,15 +10,32 @@ from django.conf import settings
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from .engine.core import EXCLUSIVE, LIMITED, SHARED
 from .engine.keys import MAX_NAME_LENGTH
 from .heldlocks import HeldLockManager, release_held_lock
 
-__all__ = ["HeldLock", "LockEvent"]
+__all__ = ["HeldLock", "LockEvent", "Mode"]
 
 
 def owner_label(host: str, pid: int | None, thread: str) -> str:
     """``host:pid thread``: a process and its thread or task, the same on every page."""
     return f"{host or '-'}:{'-' if pid is None else pid} {thread or '-'}"
+
+
+class Mode(models.TextChoices):
+    """The kinds of hold (``distlock(..., shared=True)``, ``distlock(..., limit=N)``)."""
+
+    EXCLUSIVE = EXCLUSIVE, _("exclusive")
+    SHARED = SHARED, _("shared")
+    LIMITED = LIMITED, _("limited")
+
+
+def mode_label(mode: str, limit: int | None, holders: int | None = None) -> str:
+    """``exclusive``, ``shared`` or ``limited 2/3`` (``holders`` of ``limit`` slots taken;
+    ``limited 3`` when the count is unknown): a hold's kind, the same on every page."""
+    if mode == LIMITED and limit is not None:
+        return f"{mode} {holders}/{limit}" if holders is not None else f"{mode} {limit}"
+    return mode
 
 
 class LockEvent(models.Model):
@@ -54,6 +71,19 @@ class LockEvent(models.Model):
     held_ms = models.FloatField(_("held (ms)"), null=True, blank=True)
     reason = models.TextField(_("reason"), blank=True)
     at = models.DateTimeField(_("at"), db_index=True)
+    mode = models.CharField(
+        _("mode"),
+        max_length=16,
+        choices=Mode.choices,
+        default=Mode.EXCLUSIVE,
+        help_text=_("The kind of hold the event is about."),
+    )
+    limit = models.PositiveIntegerField(
+        _("limit"),
+        null=True,
+        blank=True,
+        help_text=_("How many holds the limited lock admits (empty for other kinds)."),
+    )
 
     class Meta:
         verbose_name = _("lock event")
@@ -74,10 +104,18 @@ class LockEvent(models.Model):
         """``host:pid thread`` of the process the event is about."""
         return owner_label(self.host, self.pid, self.thread)
 
+    @property
+    def mode_label(self) -> str:
+        """``exclusive``, ``shared`` or ``limited 3`` (the limit)."""
+        return mode_label(self.mode, self.limit)
+
 
 class HeldLock(models.Model):
-    """A lock held right now. Instances come from Redis through ``HeldLock.objects``
-    (never from the database: the model has no table)."""
+    """A hold of a lock, right now. Instances come from Redis through
+    ``HeldLock.objects`` (never from the database: the model has no table): one per
+    exclusive lock, one per holder of a shared or limited lock (each with its own
+    token, fence and lease), so ``name`` (the primary key) is shared by the holds of
+    such a lock; two instances are equal when they have the same name and token."""
 
     name = models.CharField(_("lock name"), max_length=MAX_NAME_LENGTH, primary_key=True)
     host = models.CharField(_("host"), max_length=255)
@@ -90,6 +128,13 @@ class HeldLock(models.Model):
     ttl = models.FloatField(_("TTL remaining (s)"))
     auto_renew = models.BooleanField(_("auto-renew"))
     token = models.CharField(_("token"), max_length=64)
+    mode = models.CharField(_("mode"), max_length=16, choices=Mode.choices)
+    limit = models.PositiveIntegerField(
+        _("limit"), null=True, help_text=_("How many holds a limited lock admits.")
+    )
+    holders = models.PositiveIntegerField(
+        _("holders"), help_text=_("How many holds the lock had when it was read.")
+    )
 
     objects = HeldLockManager()
 
@@ -102,6 +147,14 @@ class HeldLock(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, HeldLock):
+            return NotImplemented
+        return (self.name, self.token) == (other.name, other.token)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.token))
 
     def save(self, *args: Any, **kwargs: Any) -> None:
         """Held locks live in Redis: take them with ``distlock()``, not by saving."""
@@ -116,10 +169,16 @@ class HeldLock(models.Model):
         """``host:pid thread`` of the process that holds it."""
         return owner_label(self.host, self.pid, self.thread)
 
+    @property
+    def mode_label(self) -> str:
+        """``exclusive``, ``shared`` or ``limited 2/3`` (holds taken of the limit)."""
+        return mode_label(self.mode, self.limit, self.holders)
+
     def release(self, force: bool = False, by: Any = None) -> bool:
         """Force-release this lock (``force=True`` is required): a compare-and-delete on
         the token it was read with, so a lock that changed hands since is not touched.
         Returns whether it was released; records a ``force_released`` event with ``by``
         (the operator) and sends ``lock_force_released``. The evicted holder finds out
-        through its watchdog (``lock.lost``, ``on_lost``, ``LockLost``)."""
+        through its watchdog (``lock.lost``, ``on_lost``, ``LockLost``). For a shared or
+        limited lock only this hold ends: the other holders keep theirs."""
         return release_held_lock(self, force=force, by=by)

@@ -3,7 +3,11 @@
 Engine events are sent with ``sender=django_distlock.engine.Lock`` (the class) and one
 keyword argument, ``event``: the :class:`django_distlock.engine.Event` (``kind``,
 ``name``, ``fence``, ``context``, ``host``, ``pid``, ``thread``, ``waited``, ``held``,
-``retry_after``, ``reason``, ``at``; seconds, ``at`` in epoch seconds)::
+``retry_after``, ``reason``, ``at``, ``mode``, ``limit``; seconds, ``at`` in epoch
+seconds). ``event.mode`` is the kind of hold, ``"exclusive"``, ``"shared"`` or
+``"limited"`` (``event.limit``: the limit of a limited lock, else ``None``); each holder
+of a shared or limited lock sends its own signals, with its own fence. Taking a
+re-entrant lock again, and releasing it but the last time, send nothing::
 
     from django.dispatch import receiver
     from django_distlock.engine import Lock
@@ -59,8 +63,9 @@ acknowledged it within ``replica_timeout``, so it was given back and the caller 
 acknowledged (``"0 of 1 replicas acknowledged"``); ``event.waited``: seconds spent."""
 
 lock_force_released = Signal()
-"""An operator force-released a lock (admin, ``distlock release --force`` or
+"""An operator force-released a hold of a lock (admin, ``distlock release --force`` or
 ``HeldLock.release(force=True, by=user)``). Sent with ``sender=HeldLock`` (the model
 class) and keyword arguments ``held_lock`` (the :class:`~django_distlock.models.HeldLock`
-as it was read), ``user`` (or ``None``) and ``released``: ``False`` when the lock had
-already changed hands or expired, so nothing was deleted."""
+as it was read: ``held_lock.mode`` and ``held_lock.token`` say which hold), ``user`` (or
+``None``) and ``released``: ``False`` when the hold had already ended or the lock
+changed hands, so nothing was deleted."""

@@ -20,7 +20,7 @@ from .engine import Lock
 from .engine.exceptions import LockBackendUnavailable
 from .engine.keys import clean_label, validate_name, validate_seconds
 from .engine.templates import NameTemplate, TemplateError
-from .locks import distlock
+from .locks import check_kind, distlock
 from .responses import settings_on_busy, settings_on_unavailable
 from .settings import get_config
 
@@ -120,9 +120,12 @@ class Guard:
         "context",
         "fail_open",
         "fair",
+        "limit",
         "namer",
         "on_busy",
         "on_unavailable",
+        "reentrant",
+        "shared",
         "timeout",
     )
 
@@ -138,9 +141,16 @@ class Guard:
         on_busy: Any,
         on_unavailable: Any,
         fail_open: Any,
+        limit: Any = None,
+        shared: Any = False,
+        reentrant: Any = False,
     ) -> None:
         self.context = context or ""
         self.namer = NameFiller(name, context)
+        check_kind(limit=limit, shared=shared, reentrant=reentrant)
+        self.limit: int | None = limit
+        self.shared: bool = shared
+        self.reentrant: bool = reentrant
         self.blocking_timeout = validate_seconds(
             blocking_timeout, "blocking_timeout", allow_zero=True
         )
@@ -167,6 +177,9 @@ class Guard:
             auto_renew=self.auto_renew,
             fair=self.fair,
             context=self.context,
+            limit=self.limit,
+            shared=self.shared,
+            reentrant=self.reentrant,
         )
         if self.namer.template is not None:
             lock.template = self.namer.template.template  # what metrics label it by

@@ -19,6 +19,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 
 from .engine.keys import clean_label
+from .locks import check_kind
 from .responses import (
     UNAVAILABLE_RETRY_AFTER,
     locked_response,
@@ -50,6 +51,9 @@ def lock_view(
     on_busy: OnBusy | None = None,
     on_unavailable: OnUnavailable | None = None,
     fail_open: bool | None = None,
+    limit: int | None = None,
+    shared: bool = False,
+    reentrant: bool = False,
 ) -> Callable[[ViewT], ViewT]:
     """Run a view under a distributed lock, so it never runs twice at once for one object.
 
@@ -76,9 +80,21 @@ def lock_view(
     context label is the view's dotted path. A lock lost while the view ran raises
     ``LockLost`` when the view returns, as leaving ``with distlock(...)`` does.
 
+    Kinds (at most one, as for :func:`distlock`; a bad combination raises ``ValueError``
+    when the view is decorated): ``limit=N`` lets up to N requests run the view at once
+    for one name, and the next one gets the busy answer (423, ``Retry-After`` from the
+    holder whose lease ends first); ``shared=True`` takes a shared hold, so that views
+    reading an object run together while one holding it exclusively (a plain
+    ``lock_view`` of the same name) keeps them out; ``reentrant=True`` lets code the
+    view calls take the same name again with ``distlock(name, reentrant=True)``::
+
+        @lock_view("export:{account_id}", limit=2)
+        def export(request, account_id): ...
+
     While the view runs, ``request.distlock`` is the held lock, so the view can fence
     its writes: ``Invoice.objects.filter(pk=pk).fenced_update(request.distlock, ...)``.
     """
+    kind = {"limit": limit, "shared": shared, "reentrant": reentrant}
     Guard(  # reject bad options at import time, not on the first request
         name,
         context=None,
@@ -89,6 +105,7 @@ def lock_view(
         on_busy=on_busy,
         on_unavailable=on_unavailable,
         fail_open=fail_open,
+        **kind,
     )
 
     def decorator(view: ViewT) -> ViewT:
@@ -104,6 +121,7 @@ def lock_view(
             on_busy=on_busy,
             on_unavailable=on_unavailable,
             fail_open=fail_open,
+            **kind,
         )
         guard.namer.check_signature(view)
         instance = bound_view(view)
@@ -137,6 +155,9 @@ class LockViewMixin:
 
     ``lock_name`` (required) is a template filled from the URL keyword arguments and
     ``request``, or a method ``lock_name(self, request, *args, **kwargs) -> str``.
+    ``lock_limit``, ``lock_shared`` and ``lock_reentrant`` choose the kind of lock, as
+    ``limit``, ``shared`` and ``reentrant`` do for :func:`lock_view` (checked when the
+    class is defined).
     Override :meth:`lock_busy` (busy lock) or :meth:`lock_unavailable` (Redis down) to
     answer differently. Async views (all
     handlers ``async def``) hold the lock with the async API.
@@ -148,6 +169,16 @@ class LockViewMixin:
     lock_auto_renew: bool | None = None
     lock_fair: bool = False
     lock_fail_open: bool | None = None
+    lock_limit: int | None = None
+    lock_shared: bool = False
+    lock_reentrant: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        try:
+            check_kind(limit=cls.lock_limit, shared=cls.lock_shared, reentrant=cls.lock_reentrant)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{cls.__module__}.{cls.__qualname__}: {exc}") from None
 
     def lock_busy(self, request: HttpRequest, name: str, retry_after: float | None) -> Any:
         """The response when the lock is busy: ``DISTLOCK["VIEW_ON_BUSY"]``'s, else
@@ -178,6 +209,9 @@ class LockViewMixin:
             on_busy=self.lock_busy,
             on_unavailable=self.lock_unavailable,
             fail_open=self.lock_fail_open,
+            limit=self.lock_limit,
+            shared=self.lock_shared,
+            reentrant=self.lock_reentrant,
         )
         handler = super().dispatch  # type: ignore[misc]
         if getattr(view, "view_is_async", False):

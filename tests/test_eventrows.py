@@ -187,17 +187,27 @@ psycopg.Cursor.copy = lambda self, *args, **kwargs: copies.append(args) or real_
 before = timezone.now()
 with distlock("pg:async") as lock:
     fence = lock.fence
+with distlock("pg:limited", limit=3), distlock("pg:limited", limit=3):
+    pass
 flush_events()
-with override_settings(DISTLOCK={"URL": redis_url, "EVENTS": "sync"}), distlock("pg:sync"):
+sync = override_settings(DISTLOCK={"URL": redis_url, "EVENTS": "sync"})
+with sync, distlock("pg:sync", shared=True):
     pass
 after = timezone.now()
-rows = list(LockEvent.objects.order_by("id").values_list("name", "kind", "fence", "at"))
+rows = list(
+    LockEvent.objects.order_by("id").values_list("name", "kind", "fence", "at", "mode", "limit")
+)
 assert [row[:2] for row in rows] == [
     ("pg:async", "acquired"), ("pg:async", "released"),
+    ("pg:limited", "acquired"), ("pg:limited", "acquired"),
+    ("pg:limited", "released"), ("pg:limited", "released"),
     ("pg:sync", "acquired"), ("pg:sync", "released"),
 ], rows
 assert rows[0][2] == rows[1][2] == fence, rows
 assert all(before <= row[3] <= after for row in rows), (before, after, rows)
+assert [row[4:] for row in rows] == [("exclusive", None)] * 2 + [("limited", 3)] * 4 + [
+    ("shared", None)
+] * 2, rows
 assert len(copies) == 1, copies  # the async batch; a single sync row is an INSERT
 print("ok")
 """

@@ -3,6 +3,7 @@ releases (the writer thread: ``test_eventwriter.py``; the rows: ``test_eventrows
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 import os
@@ -21,7 +22,7 @@ from django_distlock.engine.core import HOSTNAME
 from django_distlock.events import flush_events, prune_events, record_force_release
 from django_distlock.models import HeldLock, LockEvent
 from django_distlock.signals import lock_lost
-from tests.support.engine import lock_key
+from tests.support.engine import keys_of, lock_key
 from tests.support.events import events_mode, kinds
 
 # -- what each mode records ------------------------------------------------------------
@@ -60,6 +61,48 @@ def test_each_mode_records_acquire_extend_contended_release(mode, redis_client, 
     assert 0 < released.held_ms < elapsed_ms
     assert released.held_ms > contended.waited_ms  # the contended try ran during the hold
     assert released.waited_ms is None
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_each_mode_records_the_kind_of_each_hold(mode, redis_client, event_writer):
+    event_writer()
+    with events_mode(mode):
+        with distlock("export:7", limit=2) as first, distlock("export:7", limit=2) as second:
+            fences = {first.fence, second.fence}
+            assert not distlock("export:7", limit=2, blocking=False).acquire()
+        with distlock("catalog", shared=True) as reader:
+            reader.extend(5)
+        flush_events()
+
+    rows = list(LockEvent.objects.order_by("id").values_list("name", "kind", "mode", "limit"))
+    assert rows == [
+        ("export:7", "acquired", "limited", 2),
+        ("export:7", "acquired", "limited", 2),
+        ("export:7", "contended", "limited", 2),
+        ("export:7", "released", "limited", 2),
+        ("export:7", "released", "limited", 2),
+        ("catalog", "acquired", "shared", None),
+        ("catalog", "extended", "shared", None),
+        ("catalog", "released", "shared", None),
+    ]
+    released = LockEvent.objects.filter(name="export:7", kind="released")
+    assert set(released.values_list("fence", flat=True)) == fences  # each hold its own
+    assert LockEvent.objects.filter(kind="acquired").first().mode_label == "shared"
+    assert LockEvent.objects.filter(name="export:7").first().mode_label == "limited 2"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_taking_a_reentrant_lock_again_records_nothing(redis_client):
+    with events_mode("sync"):
+        outer = distlock("order:5", reentrant=True)
+        with outer, distlock("order:5", reentrant=True), outer:
+            assert [e.kind for e in LockEvent.objects.filter(name="order:5")] == ["acquired"]
+    rows = LockEvent.objects.filter(name="order:5").order_by("id")
+    assert [(e.kind, e.mode) for e in rows] == [
+        ("acquired", "exclusive"),
+        ("released", "exclusive"),
+    ]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -105,6 +148,34 @@ async def test_async_locks_record_events_in_sync_mode_before_returning(redis_cli
     assert await sync_to_async(kinds)("async:job") == ["acquired", "released"]
     row = await LockEvent.objects.filter(name="async:job").afirst()
     assert (row.fence, row.context) == (fence, "tasks.nightly")
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_an_async_shared_hold_records_its_mode_and_its_loss(redis_client, event_writer):
+    event_writer()
+    lost = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    with events_mode("sync"):
+        reader = distlock(
+            "catalog",
+            shared=True,
+            timeout=0.6,
+            raise_on_lost=False,
+            on_lost=lambda lock: loop.call_soon_threadsafe(lost.set),
+        )
+        async with distlock("catalog", shared=True) as other, reader:
+            fence = reader.fence
+            # Its hold vanishes (as a force release would end it): its watchdog finds out.
+            redis_client.hdel(keys_of("catalog").holders, reader.token)
+            redis_client.zrem(keys_of("catalog").lock, reader.token)
+            await asyncio.wait_for(lost.wait(), 10)
+            assert await other.aowned()
+    rows = await sync_to_async(list)(
+        LockEvent.objects.filter(name="catalog").order_by("id").values_list("kind", "mode", "fence")
+    )
+    assert ("lost", "shared", fence) in rows
+    assert [kind for kind, mode, _ in rows].count("acquired") == 2
+    assert {mode for _, mode, _ in rows} == {"shared"}
 
 
 @pytest.mark.django_db(transaction=True)

@@ -10,7 +10,7 @@ from asgiref.sync import async_to_sync
 from django import forms
 from django.db import connections, transaction
 
-from django_distlock import LockNotOwned, distlock
+from django_distlock import LockNotOwned, distlock, distlock_many
 from django_distlock.fencing import FencedQuerySet, FenceField, StaleFence
 from tests.support.fencing_app.models import Invoice, Note, TwoFences
 
@@ -232,3 +232,54 @@ def test_an_older_writer_blocked_by_a_newer_one_is_refused_on_postgresql():
     assert isinstance(outcome[0], StaleFence)
     invoice.refresh_from_db(using="pg")
     assert (invoice.status, invoice.fence) == ("paid", 20)
+
+
+# -- kinds: limited and shared holds, several names at once -----------------------------
+
+
+@BOTH
+def test_a_limited_hold_fences_with_its_own_fence(alias):
+    first, second = invoices(alias).create(number="1"), invoices(alias).create(number="2")
+    with distlock("batch", limit=2) as one, distlock("batch", limit=2) as other:
+        assert other.fence > one.fence
+        # Each slot on its own rows: both writes pass.
+        assert invoices(alias).filter(pk=first.pk).fenced_update(one, status="a") == 1
+        assert invoices(alias).filter(pk=second.pk).fenced_update(other, status="b") == 1
+        # A row the later slot wrote is refused to the earlier one, which still holds.
+        with pytest.raises(StaleFence) as info:
+            invoices(alias).filter(pk=second.pk).fenced_update(one, status="late")
+        assert (info.value.fence, info.value.stored) == (one.fence, other.fence)
+        assert one.owned()
+    fenced = dict(invoices(alias).values_list("number", "fence"))
+    assert 0 < fenced["1"] < fenced["2"]
+
+
+@BOTH
+def test_an_exclusive_writer_after_shared_readers_has_the_newer_fence(alias):
+    invoice = invoices(alias).create(number="42")
+    with distlock("invoice:42", shared=True) as reader:
+        reader_fence = reader.fence
+    with distlock("invoice:42") as writer:
+        assert writer.fence > reader_fence
+        assert invoices(alias).filter(pk=invoice.pk).fenced_update(writer, status="paid") == 1
+    with pytest.raises(StaleFence):
+        invoices(alias).filter(pk=invoice.pk).fenced_update(reader_fence, status="stale")
+
+
+@BOTH
+def test_a_group_fences_each_row_with_the_lock_of_its_name(alias):
+    rows = [invoices(alias).create(number=str(n)) for n in (1, 2)]
+    names = [f"invoice:{row.pk}" for row in rows]
+    with distlock_many(names) as group:
+        for row in rows:
+            lock = group.locks[f"invoice:{row.pk}"]
+            assert invoices(alias).filter(pk=row.pk).fenced_update(lock, status="merged") == 1
+        fences = group.fences
+    assert dict(invoices(alias).values_list("pk", "fence")) == {
+        row.pk: fences[f"invoice:{row.pk}"] for row in rows
+    }
+    # A later holder of one of the names wins that row; the group's old fence loses it.
+    with distlock(names[0]) as later:
+        invoices(alias).filter(pk=rows[0].pk).fenced_update(later, status="later")
+    with pytest.raises(StaleFence):
+        invoices(alias).filter(pk=rows[0].pk).fenced_update(fences[names[0]], status="old")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import socket
@@ -17,6 +18,7 @@ from django_distlock import LockLost, distlock
 from django_distlock.connections import get_backend
 from django_distlock.engine import Lock, Tuning
 from django_distlock.engine.keys import BUCKETS
+from django_distlock.engine.listing import Listing
 from django_distlock.heldlocks import HeldLockQuerySet
 from django_distlock.models import HeldLock
 from django_distlock.signals import lock_force_released
@@ -482,5 +484,206 @@ def test_force_release_records_who_did_it(redis_client, django_user_model):
     assert event.user == operator
     assert event.fence == lock.fence
     assert not redis_client.exists(lock_key("job"))
+    with pytest.raises(LockLost):
+        lock.release()
+
+
+# -- kinds: a row per hold ----------------------------------------------------------------
+
+
+def _rows(queryset: object) -> list[tuple[str, str, int | None, int]]:
+    return [(h.name, h.mode, h.limit, h.holders) for h in queryset]  # type: ignore[attr-defined]
+
+
+def _hold_kinds(hold: object) -> dict[str, list[Lock]]:
+    """One exclusive lock, one shared lock with two holders, one limited lock (limit 3)
+    with two holders."""
+    enter = hold.enter_context  # type: ignore[attr-defined]
+    return {
+        "mutex": [enter(distlock("kinds:mutex", timeout=30))],
+        "shared": [enter(distlock("kinds:shared", shared=True, timeout=20)) for _ in range(2)],
+        "limited": [enter(distlock("kinds:limited", limit=3, timeout=40)) for _ in range(2)],
+    }
+
+
+def test_one_row_per_hold_with_its_mode_limit_and_holders(redis_client, hold):
+    locks = _hold_kinds(hold)
+
+    listed = list(HeldLock.objects.all())
+
+    assert _rows(listed) == [
+        ("kinds:limited", "limited", 3, 2),
+        ("kinds:limited", "limited", 3, 2),
+        ("kinds:mutex", "exclusive", None, 1),
+        ("kinds:shared", "shared", None, 2),
+        ("kinds:shared", "shared", None, 2),
+    ]
+    by_token = {held.token: held for held in listed}
+    for kind_locks in locks.values():
+        for lock in kind_locks:
+            held = by_token[lock.token]
+            assert held.fence == lock.fence
+            assert held.pid == os.getpid()
+            assert held.thread == threading.current_thread().name
+    # The holds of one lock are next to each other, by token.
+    limited = [held.token for held in listed if held.name == "kinds:limited"]
+    assert limited == sorted(lock.token for lock in locks["limited"])
+    assert by_token[locks["limited"][0].token].lease == 40
+    assert 15 < by_token[locks["shared"][1].token].ttl <= 20
+    assert [held.mode_label for held in listed] == [
+        "limited 2/3",
+        "limited 2/3",
+        "exclusive",
+        "shared",
+        "shared",
+    ]
+    # Two holds of one name are two objects (Django compares models by primary key).
+    first, second = HeldLock.objects.filter(name="kinds:shared")
+    assert first != second
+    assert first == HeldLock.objects.filter(name="kinds:shared")[0]
+    assert len({first, second}) == 2
+
+
+def test_lookups_count_order_and_windows_apply_to_holds(redis_client, hold):
+    locks = _hold_kinds(hold)
+
+    assert HeldLock.objects.count() == 5
+    assert HeldLock.objects.filter(name__startswith="kinds:s").count() == 2
+    assert HeldLock.objects.filter(name__in=["kinds:shared", "kinds:mutex"]).count() == 3
+    assert (
+        _rows(HeldLock.objects.filter(name="kinds:limited"))
+        == [("kinds:limited", "limited", 3, 2)] * 2
+    )
+    assert len(HeldLock.objects.filter(name__contains="limited")) == 2
+    # A lookup matches names, never the tokens of holds.
+    token = locks["shared"][0].token
+    assert not HeldLock.objects.filter(name__contains=token[:6]).exists()
+    with pytest.raises(HeldLock.MultipleObjectsReturned, match="it returned 2"):
+        HeldLock.objects.get(name="kinds:shared")
+    assert HeldLock.objects.get(name="kinds:mutex").token == locks["mutex"][0].token
+
+    assert _names(HeldLock.objects.order_by("-ttl")[:3]) == ["kinds:limited"] * 2 + ["kinds:mutex"]
+    assert _names(HeldLock.objects.order_by("ttl")[:2]) == ["kinds:shared"] * 2
+    newest = HeldLock.objects.order_by("-acquired_at").first()
+    assert newest.token == locks["limited"][1].token
+    assert _names(HeldLock.objects.all()[1:4]) == ["kinds:limited", "kinds:mutex", "kinds:shared"]
+    assert HeldLock.objects.all()[3:].count() == 2
+
+
+def test_holds_are_read_through_clients_that_decode(redis_server, redis_client):
+    with (
+        events_mode("off", URL=f"{redis_server.url}?decode_responses=True"),
+        distlock("s🔒", shared=True) as first,
+        distlock("s🔒", shared=True),
+        distlock("l", limit=2, timeout=5),
+    ):
+        assert _rows(HeldLock.objects.all()) == [
+            ("l", "limited", 2, 1),
+            ("s🔒", "shared", None, 2),
+            ("s🔒", "shared", None, 2),
+        ]
+        assert first.token in {held.token for held in HeldLock.objects.filter(name="s🔒")}
+        assert HeldLock.objects.order_by("-acquired_at").first().name == "l"
+        assert 4 < HeldLock.objects.get(name="l").ttl <= 5
+        assert HeldLock.objects.count() == 3
+
+
+def test_an_expired_hold_disappears_and_the_others_stay(redis_client, hold):
+    crashed = distlock("kinds:shared", shared=True, timeout=0.2, auto_renew=False)
+    assert crashed.acquire()  # never released, like a holder that died
+    alive = hold.enter_context(distlock("kinds:shared", shared=True, timeout=30))
+    time.sleep(0.3)
+
+    assert [held.token for held in HeldLock.objects.all()] == [alive.token]
+    assert HeldLock.objects.count() == 1
+    assert HeldLock.objects.get(name="kinds:shared").holders == 1
+    with pytest.raises(LockLost):
+        crashed.release()
+
+
+def test_a_hold_released_between_the_two_reads_is_skipped(redis_client, hold):
+    locks = _hold_kinds(hold)
+    gone = locks["shared"][0]
+    keys = keys_of("kinds:shared")
+    # Its entry vanishes from the holders' hash but not from the index: the window a
+    # release landing between the two reads of a listing also opens.
+    redis_client.hdel(keys.holders, gone.token)
+
+    tokens = [held.token for held in HeldLock.objects.filter(name="kinds:shared")]
+    assert tokens == [locks["shared"][1].token]
+    assert HeldLock.objects.filter(name="kinds:shared").count() == 2  # the index only
+    redis_client.hset(keys.holders, gone.token, "0\n0\n1\n{}")  # for a clean release
+
+
+def test_force_release_of_one_shared_hold_leaves_the_others(redis_client, force_releases):
+    lost = threading.Event()
+    evicted = distlock("kinds:shared", shared=True, timeout=0.6, on_lost=lambda lock: lost.set())
+    other = distlock("kinds:shared", shared=True, timeout=30)
+    assert evicted.acquire()
+    assert other.acquire()
+    try:
+        held = next(
+            h for h in HeldLock.objects.filter(name="kinds:shared") if h.token == evicted.token
+        )
+        assert held.mode == "shared"
+
+        assert held.release(force=True) is True
+
+        assert lost.wait(5)  # its watchdog finds its hold gone
+        assert evicted.lost
+        assert [h.token for h in HeldLock.objects.all()] == [other.token]
+        assert other.owned()
+        assert force_releases[0]["held_lock"].mode == "shared"
+        assert held.release(force=True) is False  # nothing left to release
+    finally:
+        other.release()
+        with pytest.raises(LockLost):
+            evicted.release()
+
+
+@pytest.mark.parametrize("mode", [None, "limited"])
+def test_force_release_of_a_limited_hold_frees_a_slot(redis_client, mode):
+    holders = [distlock("kinds:limited", limit=2, raise_on_lost=False) for _ in range(2)]
+    for lock in holders:
+        assert lock.acquire()
+    latecomer = distlock("kinds:limited", limit=2)
+    assert latecomer.acquire(blocking=False) is False
+    try:
+        listing = Listing(get_backend())
+        assert listing.force_release("kinds:limited", holders[0].token, mode) is True
+        assert latecomer.acquire(blocking=False)
+        latecomer.release()
+        assert listing.force_release("kinds:limited", holders[0].token, mode) is False
+        # Read as an exclusive hold, the sorted set is never touched.
+        assert listing.force_release("kinds:limited", holders[1].token, "exclusive") is False
+        assert holders[1].owned()
+    finally:
+        for lock in holders:
+            with contextlib.suppress(LockLost):
+                lock.release()
+    with pytest.raises(ValueError, match="mode must be"):
+        listing.force_release("kinds:limited", "abc", "readers")
+
+
+def test_force_release_of_an_exclusive_hold_without_its_mode(redis_client, hold):
+    lock = distlock("kinds:mutex", raise_on_lost=False)
+    assert lock.acquire()
+    assert Listing(get_backend()).force_release("kinds:mutex", lock.token) is True
+    assert not redis_client.exists(lock_key("kinds:mutex"))
+    with pytest.raises(LockLost):
+        lock.release()
+
+
+@pytest.mark.django_db
+def test_force_release_of_a_hold_records_its_mode(redis_client, django_user_model):
+    from django_distlock.models import LockEvent
+
+    operator = django_user_model.objects.create_user("operator")
+    with events_mode("off", EVENTS="sync"):
+        lock = distlock("kinds:limited", limit=3, raise_on_lost=False)
+        lock.acquire()
+        HeldLock.objects.get(name="kinds:limited").release(force=True, by=operator)
+        event = LockEvent.objects.get(kind="force_released")
+    assert (event.mode, event.limit, event.fence) == ("limited", 3, lock.fence)
     with pytest.raises(LockLost):
         lock.release()

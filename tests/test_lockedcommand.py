@@ -88,10 +88,7 @@ def test_busy_lock_is_a_command_error_naming_the_holder(redis_client):
 
 
 def test_busy_message_without_holder_details_when_the_holder_vanished(redis_client, monkeypatch):
-    def vanished(**lookup):
-        raise HeldLock.DoesNotExist
-
-    monkeypatch.setattr(HeldLock.objects, "get", vanished)
+    monkeypatch.setattr(HeldLock.objects, "filter", lambda **lookup: [])
     with distlock("sync_catalog"), pytest.raises(CommandError) as info:
         _run("sync_catalog")
     assert str(info.value) == (
@@ -395,3 +392,61 @@ def test_two_manage_py_processes_contend(redis_client, processes):
     out, err = waiter.communicate(timeout=20)
     assert waiter.returncode == 0, err
     assert out.startswith("locked sync_catalog fence=")
+
+
+# -- kinds: lock_limit, lock_shared ---------------------------------------------------------
+
+
+def test_lock_limit_lets_n_runs_hold_the_lock(redis_client):
+    with distlock("export_reports", limit=2, context="first run"):
+        out, _ = _run("export_reports")
+        assert out.startswith("slot of export_reports fence=")
+        assert out.rstrip().endswith("mode=limited")
+        with distlock("export_reports", limit=2), pytest.raises(CommandError) as info:
+            _run("export_reports")
+    message = str(info.value)
+    assert message.startswith("lock 'export_reports' is held by 2 holders (limited 2/2): ")
+    assert message.count(f"{HOSTNAME} pid {os.getpid()} since ") == 2
+    assert message.endswith("; use --lock-wait to wait")
+    assert not redis_client.exists(lock_key("export_reports"))
+
+
+def test_a_busy_limited_lock_names_three_holders_and_counts_the_others(redis_client, hold):
+    for _ in range(5):
+        hold.enter_context(distlock("export_reports", limit=5))
+
+    class Command(LockedCommand):
+        lock_name = "export_reports"
+        lock_limit = 5
+
+        def handle(self, *args, **options):
+            raise AssertionError("must not run")
+
+    with pytest.raises(CommandError) as info:
+        call_command(Command(), stdout=io.StringIO())
+    message = str(info.value)
+    assert message.startswith("lock 'export_reports' is held by 5 holders (limited 5/5): ")
+    assert message.count(" pid ") == 3
+    assert "; and 2 more; use --lock-wait to wait" in message
+
+
+def test_lock_shared_runs_beside_other_shared_holds(redis_client, monkeypatch):
+    monkeypatch.setattr(sync_catalog.Command, "lock_shared", True)
+    with distlock("sync_catalog", shared=True):
+        out, _ = _run("sync_catalog")
+        assert out.startswith("locked sync_catalog fence=")
+    with distlock("sync_catalog"), pytest.raises(CommandError, match="is held by "):
+        _run("sync_catalog")
+
+
+def test_bad_kind_attributes_are_refused_when_the_class_is_defined():
+    with pytest.raises(ValueError, match=r"\.Both: limit and shared cannot be combined"):
+
+        class Both(LockedCommand):
+            lock_limit = 2
+            lock_shared = True
+
+    with pytest.raises(TypeError, match="limit must be an int"):
+
+        class Text(LockedCommandMixin, BaseCommand):
+            lock_limit = "2"

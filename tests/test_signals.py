@@ -103,6 +103,29 @@ def test_each_lock_event_sends_its_signal_with_the_event(redis_client):
     assert {r["thread"] for r in received} == {"MainThread"}
 
 
+def test_signals_of_shared_and_limited_holds_carry_their_mode(redis_client):
+    with events_mode("off"), receiving(*LOCK_SIGNALS, sender=Lock) as received:
+        with distlock("catalog", shared=True) as reader, distlock("catalog", shared=True):
+            assert not distlock("catalog", blocking=False).acquire()  # a writer
+            reader_fence = reader.fence
+        with distlock("export:7", limit=3) as slot:
+            slot.extend(5)
+
+    events = [r["event"] for r in received]
+    assert [(e.name, e.kind, e.mode, e.limit) for e in events] == [
+        ("catalog", "acquired", "shared", None),
+        ("catalog", "acquired", "shared", None),
+        ("catalog", "contended", "exclusive", None),
+        ("catalog", "released", "shared", None),
+        ("catalog", "released", "shared", None),
+        ("export:7", "acquired", "limited", 3),
+        ("export:7", "extended", "limited", 3),
+        ("export:7", "released", "limited", 3),
+    ]
+    assert events[0].fence == reader_fence
+    assert events[0].fence < events[1].fence  # each hold its own fence
+
+
 def test_lock_lost_is_sent_from_the_watchdog(redis_client):
     lost = threading.Event()
     with events_mode("off"), receiving(lock_lost) as received:

@@ -293,3 +293,64 @@ async def test_the_view_sees_its_held_lock_as_request_distlock(async_client, red
     assert body["name"] == "invoice:42"
     assert body["owned"] is True
     assert body["fence"] == int(redis_client.get(keys_of("invoice:42").fence))
+
+
+# -- kinds: limit, shared, reentrant ----------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/limited/7/", "/alimited/7/", "/mixin-limited/7/"])
+async def test_a_limited_view_admits_n_requests_then_answers_423(async_client, path):
+    async with distlock("export:7", limit=2, timeout=30):
+        response = await async_client.get(path)
+        assert response.status_code == 200
+        assert response.json()["holds"] == [["export:7", "limited", 2]] * 2
+        async with distlock("export:7", limit=2, timeout=20):
+            busy = await async_client.get(path)
+            other = await async_client.get(path.replace("/7/", "/8/"))
+    # Retry-After: the hold whose lease ends first (20 s), not the last one.
+    assert_locked_response(busy, "export:7", low=18, high=20)
+    assert other.status_code == 200
+
+
+def test_each_request_of_a_limited_view_has_its_own_hold(client, redis_client):
+    first = client.get("/limited/7/").json()
+    second = client.get("/limited/7/").json()
+    assert second["fence"] > first["fence"]
+    assert not redis_client.exists(lock_key("export:7"))
+    assert redis_client.zcard(keys_of("export:7").holder_index) == 0
+
+
+@pytest.mark.parametrize("path", ["/read-catalog/3/", "/mixin-shared/3/"])
+def test_shared_views_run_together_and_exclude_an_exclusive_holder(client, path):
+    with distlock("catalog:3", shared=True, timeout=30):
+        response = client.get(path)
+        assert response.status_code == 200
+        assert response.json()["holds"] == [["catalog:3", "shared", None]] * 2
+        assert_locked_response(client.get("/write-catalog/3/"), "catalog:3", low=28, high=30)
+    with distlock("catalog:3", timeout=30):
+        assert_locked_response(client.get(path), "catalog:3", low=28, high=30)
+    assert client.get("/write-catalog/3/").json()["holds"] == [["catalog:3", "exclusive", None]]
+
+
+def test_code_in_a_reentrant_view_takes_its_lock_again(client, redis_client):
+    response = client.get("/reentrant/5/")
+    assert response.status_code == 200
+    assert response.json()["holds"] == [["order:5", "exclusive", None]]
+    assert not redis_client.exists(lock_key("order:5"))
+
+
+def test_bad_kind_options_are_refused_when_decorating():
+    with pytest.raises(ValueError, match="limit and shared cannot be combined"):
+        lock_view("x", limit=2, shared=True)
+    with pytest.raises(ValueError, match="limit must be between 1"):
+        lock_view("x", limit=0)
+    with pytest.raises(TypeError, match="limit must be an int"):
+        lock_view("x", limit="2")
+    with pytest.raises(TypeError, match="shared must be a bool"):
+        lock_view("x", shared="yes")
+    with pytest.raises(ValueError, match=r"<locals>\.Both: shared and reentrant cannot"):
+
+        class Both(LockViewMixin, View):
+            lock_name = "x"
+            lock_shared = True
+            lock_reentrant = True

@@ -95,6 +95,7 @@ class LockEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "when",
         "kind",
         "name",
+        "hold_mode",
         "owner",
         "context",
         "user",
@@ -102,7 +103,13 @@ class LockEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "held",
     )
     list_display_links = ("when",)
-    list_filter = ("kind", ("at", admin.DateFieldListFilter), "context", LockNameFilter)
+    list_filter = (
+        "kind",
+        ("at", admin.DateFieldListFilter),
+        "mode",
+        "context",
+        LockNameFilter,
+    )
     search_fields = ("name", "host")
     date_hierarchy = "at"
     list_select_related = ("user",)
@@ -113,6 +120,8 @@ class LockEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "at",
         "kind",
         "name",
+        "mode",
+        "limit",
         "fence",
         "host",
         "pid",
@@ -133,6 +142,11 @@ class LockEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def when(self, obj: LockEvent) -> str:
         """Compact local time to the second (the default date format is twice as wide)."""
         return f"{timezone.localtime(obj.at):%Y-%m-%d %H:%M:%S}"
+
+    @admin.display(description=gettext_lazy("mode"), ordering="mode")
+    def hold_mode(self, obj: LockEvent) -> str:
+        """``exclusive``, ``shared`` or ``limited N``: the kind of hold."""
+        return obj.mode_label
 
     @admin.display(description=gettext_lazy("owner"), ordering="host")
     def owner(self, obj: LockEvent) -> str:

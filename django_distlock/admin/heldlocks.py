@@ -1,4 +1,6 @@
-"""The admin of the locks held right now, live from Redis.
+"""The admin of the locks held right now, live from Redis: one row per hold (an
+exclusive lock has one, a shared or limited lock one per holder), each force-released
+on its own.
 
 ``HeldLock`` has no table, so its admin replaces every view Django would build on a
 ``ChangeList`` with its own, over ``HeldLock.objects`` (the django-rq way: an unmanaged
@@ -27,7 +29,7 @@ from django.views.decorators.http import require_http_methods
 
 from ..durations import format_duration
 from ..heldlocks import lock_server_eviction_policy
-from ..models import HeldLock, LockEvent
+from ..models import HeldLock, LockEvent, Mode
 
 __all__ = ["HeldLockAdmin"]
 
@@ -55,7 +57,7 @@ _ICONS = _Icons()
 
 def _selection_value(held: HeldLock) -> str:
     """What a checkbox or a confirmation form carries: the token and fence the operator
-    saw, then the name (last: it may contain ``:``)."""
+    saw (the token names one hold), then the name (last: it may contain ``:``)."""
     return f"{held.token}:{held.fence}:{held.name}"
 
 
@@ -72,14 +74,18 @@ def _parse_selection(value: str) -> tuple[str, int | None, str] | None:
 
 
 class _Row:
-    """One held lock as the pages show it. Everything a table cell shows is computed
-    here: template filters per cell would cost more than the Redis reads of a page."""
+    """One hold as the pages show it. Everything a table cell shows is computed here:
+    template filters per cell would cost more than the Redis reads of a page."""
 
-    def __init__(self, held: HeldLock, now: float, detail_url: str = "") -> None:
+    def __init__(
+        self, held: HeldLock, now: float, detail_url: str = "", force_release_url: str = ""
+    ) -> None:
         self.held = held
         self.detail_url = detail_url
+        self.force_release_url = force_release_url
         self.selection = _selection_value(held)
         self.owner = held.owner
+        self.mode_label = held.mode_label
         self.acquired_at_iso = held.acquired_at.isoformat()
         self.held_for = format_duration(now - held.acquired_at.timestamp())
         self.ttl_seconds = f"{max(held.ttl, 0.0):.3f}"
@@ -141,6 +147,10 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def _url(self, view: str, **params: Any) -> str:
         url = reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_{view}")
         return f"{url}?{urlencode(params, doseq=True)}" if params else url
+
+    def _force_release_url(self, held: HeldLock) -> str:
+        """The confirmation page of force-releasing hold ``held``."""
+        return self._url("force_release", lock=_selection_value(held))
 
     def detail_url(self, name: str) -> str:
         """The detail page of the lock ``name``."""
@@ -226,10 +236,12 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     # -- detail -------------------------------------------------------------------------
 
     def detail_view(self, request: HttpRequest) -> HttpResponse:
-        """One lock's metadata and its recent events; 404 when it is not held."""
+        """One lock's holds (each with its own force release) and its recent events; 404
+        when it is not held."""
         self._check_view(request)
         name = request.GET.get("name", "")
-        held = HeldLock.objects.filter(name=name).first() if name else None
+        holds = list(HeldLock.objects.filter(name=name)) if name else []
+        held = holds[0] if holds else None
         can_see_events = request.user.has_perm("django_distlock.view_lockevent")
         events: Iterable[LockEvent] = []
         events_url = None
@@ -243,19 +255,20 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                 )
             except NoReverseMatch:
                 events_url = None
-        row = _Row(held, time.time()) if held is not None else None
+        now = time.time()
+        rows = [_Row(hold, now, force_release_url=self._force_release_url(hold)) for hold in holds]
+        row = rows[0] if rows else None
         context = self._context(
             request,
             _("Held lock “%(name)s”") % {"name": name} if held else _("Lock not held"),
             name=name,
             row=row,
+            rows=rows,
             held=held,
             events=events,
             can_see_events=can_see_events,
             events_url=events_url,
-            force_release_url=(
-                self._url("force_release", lock=row.selection) if row is not None else None
-            ),
+            force_release_url=row.force_release_url if row is not None else None,
         )
         return TemplateResponse(
             request,
@@ -285,27 +298,34 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         if not selected:
             self.message_user(request, _("No lock was selected."), messages.WARNING)
             return HttpResponseRedirect(self._url("changelist"))
-        current = {
-            held.name: held
-            for held in HeldLock.objects.filter(name__in=[name for _t, _f, name in selected])
-        }
+        current: dict[str, list[HeldLock]] = {}
+        for held in HeldLock.objects.filter(name__in=[name for _t, _f, name in selected]):
+            current.setdefault(held.name, []).append(held)
+
+        def same_hold(token: str, name: str) -> HeldLock | None:
+            return next((held for held in current.get(name, ()) if held.token == token), None)
+
         if request.method == "POST" and request.POST.get("confirm") == "yes":
             for token, fence, name in selected:
-                self._release_one(request, token, fence, name, current.get(name))
+                self._release_one(request, token, fence, name, same_hold(token, name))
             return HttpResponseRedirect(self._url("changelist"))
         now = time.time()
         items = []
         for token, fence, name in selected:
-            held = current.get(name)
+            held = same_hold(token, name)
+            others = current.get(name, [])
             items.append(
                 {
                     "name": name,
                     "token": token,
                     "fence": fence,
                     "selection": f"{token}:{fence}:{name}",
-                    "row": _Row(held, now) if held is not None and held.token == token else None,
-                    "gone": held is None,
-                    "changed_hands": held is not None and held.token != token,
+                    "row": _Row(held, now) if held is not None else None,
+                    "gone": not others,
+                    # Another exclusive holder has it now; or this shared or limited hold
+                    # ended while others of the lock remain (neither is touched).
+                    "changed_hands": held is None and any(h.mode == Mode.EXCLUSIVE for h in others),
+                    "hold_ended": held is None and any(h.mode != Mode.EXCLUSIVE for h in others),
                 }
             )
         context = self._context(
@@ -326,12 +346,9 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         name: str,
         current: HeldLock | None,
     ) -> None:
-        # Always released by the token the operator saw: the lock read now lends its
-        # metadata to the event only when it is still that same acquisition.
-        if current is not None and current.token == token:
-            held = current
-        else:
-            held = HeldLock(name=name, token=token, fence=fence)
+        # Always released by the token the operator saw: the hold read now lends its
+        # metadata (and its mode) to the event only when it is still that same hold.
+        held = current if current is not None else HeldLock(name=name, token=token, fence=fence)
         try:
             released = held.release(force=True, by=request.user)
         except (TypeError, ValueError) as exc:
@@ -342,20 +359,24 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             )
             return
         if released:
+            if held.mode in (Mode.SHARED, Mode.LIMITED):
+                message = _(
+                    "Force-released a %(mode)s hold of lock “%(name)s” (fence %(fence)s); "
+                    "its other holds are untouched."
+                ) % {"name": name, "fence": fence, "mode": held.mode}
+            else:
+                message = _("Force-released lock “%(name)s” (fence %(fence)s).") % {
+                    "name": name,
+                    "fence": fence,
+                }
             LogEntry.objects.log_actions(
                 user_id=request.user.pk,
                 queryset=[held],
                 action_flag=DELETION,
-                change_message=_("Force-released lock “%(name)s” (fence %(fence)s).")
-                % {"name": name, "fence": fence},
+                change_message=message,
                 single_object=True,
             )
-            self.message_user(
-                request,
-                _("Force-released lock “%(name)s” (fence %(fence)s).")
-                % {"name": name, "fence": fence},
-                messages.SUCCESS,
-            )
+            self.message_user(request, message, messages.SUCCESS)
         else:
             self.message_user(
                 request,

@@ -19,6 +19,7 @@ import redis.cluster
 import redis.connection
 
 from . import process
+from .core import EXCLUSIVE
 from .exceptions import LockError
 from .keys import validate_prefix, validate_replicas, validate_seconds
 from .pools import connection_settings
@@ -44,6 +45,9 @@ class Event:
     for ``contended``; ``gone``, ``expired`` or ``abandoned`` for ``lost`` (see
     :func:`~.renewal.lost_cause`); ``error`` or ``gone`` for ``renew_failed``; the
     exception's class name for ``error`` and ``release_failed``.
+    ``mode`` is the kind of hold: ``"exclusive"``, ``"shared"`` or ``"limited"``
+    (``limit``: how many holds the limited lock admits, ``None`` for the other kinds).
+    Taking a re-entrant lock again, and releasing it but the last time, are no events.
     """
 
     kind: str
@@ -60,6 +64,8 @@ class Event:
     at: float = 0.0
     template: str = ""
     cause: str = ""
+    mode: str = EXCLUSIVE
+    limit: int | None = None
 
 
 Observer = Callable[[Event], None]

@@ -4,6 +4,11 @@ The steps of an operation are generators that *yield* what they need done (run a
 script, start or await a blocking wait) and receive the result. A sync driver and an
 async driver (:mod:`django_distlock.engine.io`) carry the steps out, so both worlds run
 the same logic and differ only in how they talk to Redis.
+
+Why this module is long: it is the protocol, and the protocol is one piece. The steps of
+an acquire (every kind), of several names at once, of a release and of the layout claim
+share their wait, wake-up and hand-on rules, and splitting them would put each rule's
+two halves (the waiter's and the releaser's) in different files.
 """
 
 from __future__ import annotations

@@ -1,22 +1,28 @@
 """The locks held right now under a backend's prefix, read from Redis, and breaking one.
 
 A :class:`Listing` answers a :class:`LockQuery` (name lookups, an order, a window) with
-:class:`~django_distlock.engine.records.LockRecord` objects. ``HeldLock.objects``, the
-admin, the ``distlock`` CLI and the benchmarks all list locks through it.
+:class:`~django_distlock.engine.records.LockRecord` objects, one per hold: an exclusive
+lock has one, a shared or limited lock one per holder (each with its own token, fence
+and lease). ``HeldLock.objects``, the admin, the ``distlock`` CLI and the benchmarks all
+list locks through it.
 
 A page costs two round trips per node, whatever the size of the keyspace:
 
-1. Each bucket's listing index (a sorted set: member = lock name, score = lease end in
-   server ms; see :data:`~django_distlock.engine.keys.BUCKETS`) is pruned of the entries
-   whose lease is over and read, by a script per bucket, the buckets of one node
-   pipelined together (an exact or ``in`` lookup reads only its names' buckets). Name
-   lookups and the order are applied to the names here.
-2. One pipeline per node reads the values of the page's locks (``MGET`` per bucket, whose
-   keys share a slot) and their lease ends (``ZMSCORE``); a lock released between the
-   two reads is left out.
+1. Each bucket's listing indexes are read by a script per bucket, the buckets of one
+   node pipelined together (an exact or ``in`` lookup reads only its names' buckets):
+   the index of exclusive holds (a sorted set: member = lock name, score = lease end in
+   server ms; see :data:`~django_distlock.engine.keys.BUCKETS`), pruned of the entries
+   whose lease is over, and the live entries of the index of shared and limited holds
+   (member = name NUL token), in the same call. A row is a name (an exclusive hold) or
+   such a member (a shared or limited hold). Name lookups and the order are applied to
+   the rows here.
+2. One pipeline per node reads the values of the page's rows (``MGET`` of the lock keys
+   and ``HMGET`` of the holders' hashes, per bucket, whose keys share a slot) and their
+   lease ends (``ZMSCORE``); a hold released between the two reads is left out.
 
-Ordering by ``acquired_at`` needs every matching lock's value: one more such read.
-``KEYS`` and ``SCAN`` are never used, and only keys under the prefix are ever read.
+Ordering by ``acquired_at`` needs every matching row's value: one more such read.
+``KEYS`` and ``SCAN`` are never used, and only keys under the prefix are ever read. The
+second read, and the rows' decoding, are :mod:`.snapshot`'s.
 
 >>> listing = Listing(backend)                                          # doctest: +SKIP
 >>> [r.name for r in listing.records(LockQuery(filters=(("startswith", "invoice:"),)))]
@@ -32,18 +38,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from .backend import Backend
-from .core import Call, release_steps
+from .core import EXCLUSIVE, LIMITED, SHARED, Call, release_steps
 from .eviction import unsafe_eviction_policy
 from .exceptions import LockError
 from .io import BACKEND_ERRORS, SyncDriver
-from .keys import BUCKETS, LockKeys, bucket_of, index_key, lock_key, validate_name
-from .records import LockRecord, decode, lock_value_acquired_at_us, parse_lock_value, score_ms
+from .keys import (
+    BUCKETS,
+    LockKeys,
+    bucket_of,
+    holder_index_keys,
+    index_keys,
+    validate_name,
+)
+from .records import LockRecord, lock_value_acquired_at_us
 from .scripts import LIST_INDEX
+from .snapshot import MGET_CHUNK, Raw, Snapshot, add_holds, answered
 
 __all__ = ["EVERY_LOCK", "LOOKUPS", "MGET_CHUNK", "ORDER_FIELDS", "Listing", "LockQuery", "Page"]
 
-MGET_CHUNK = 1000
-"""Keys read per ``MGET`` or ``ZMSCORE`` (the chunks of one read go in one pipeline)."""
 READ_TIMEOUT = 30.0
 """Seconds a listing waits for the answers of one node at most."""
 
@@ -51,10 +63,6 @@ LOOKUPS = ("exact", "startswith", "contains", "in")
 """How a :class:`LockQuery` can match names (plain string operations)."""
 ORDER_FIELDS = ("name", "acquired_at", "ttl")
 """What a :class:`LockQuery` can order by (``-`` prefix for descending)."""
-
-Raw = bytes | str
-"""A name or value as the client returned it. Names stay raw until shown: UTF-8 bytes
-sort and match like the names they encode."""
 
 Filter = tuple[str, Any]
 """A name lookup: ``(lookup, value)``; the value is a ``frozenset`` for ``in``."""
@@ -96,9 +104,9 @@ EVERY_LOCK = LockQuery()
 
 @dataclass(frozen=True, slots=True)
 class Page:
-    """What one read found: the records of the window, in order, and how many names the
-    index matched (locks released since the index was read are left out of ``records``
-    but counted in ``matched``)."""
+    """What one read found: the records of the window, in order, and how many holds the
+    indexes matched (holds released since the indexes were read are left out of
+    ``records`` but counted in ``matched``)."""
 
     records: list[LockRecord]
     matched: int
@@ -120,40 +128,56 @@ class Listing:
         return self.page(query, limit=limit).records
 
     def page(self, query: LockQuery = EVERY_LOCK, *, limit: int | None = None) -> Page:
-        """:meth:`records` with the number of names the index matched."""
+        """:meth:`records` with the number of holds the indexes matched."""
         snapshot = self._read_index(query.filters)
         window = _ordered(snapshot, query.ordering)[query.low : query.high]
         if limit is None:
             records = snapshot.records(window)
         else:
             records = snapshot.first_records(window, limit)
-        return Page(records, len(snapshot.names))
+        return Page(records, len(snapshot.rows))
 
     def count(self, query: LockQuery = EVERY_LOCK) -> int:
-        """How many locks ``query``'s window holds, from the indexes alone (one round trip
-        per node, however many locks are held)."""
+        """How many holds ``query``'s window has, from the indexes alone (one round trip
+        per node, however many locks are held): one per exclusive lock, one per holder of
+        a shared or limited lock."""
         if query.filters:
-            total = len(self._read_index(query.filters).names)
+            total = len(self._read_index(query.filters).rows)
         else:
             prefix = self.backend.prefix
-            calls = [Call(LIST_INDEX, (index_key(prefix, b),), ("#",)) for b in range(BUCKETS)]
+            calls = [Call(LIST_INDEX, keys, ("#",)) for keys in _bucket_indexes(prefix)]
             total = sum(
-                int(reply[1]) for reply in _answered(self._driver().call_many(calls, READ_TIMEOUT))
+                int(reply[1]) + int(reply[2])
+                for reply in answered(self._driver().call_many(calls, READ_TIMEOUT))
             )
         if query.high is not None:
             total = min(total, query.high)
         return max(total - query.low, 0)
 
-    def force_release(self, name: str, token: str) -> bool:
-        """Delete lock ``name`` if it still holds ``token`` (the one an operator saw),
-        and wake one waiter. ``False`` when it was released or changed hands since:
-        nothing is touched then. The evicted holder learns it through its watchdog."""
+    def force_release(self, name: str, token: str, mode: str | None = None) -> bool:
+        """End the hold of lock ``name`` with ``token`` (the one an operator saw), if it
+        is still there, and wake a waiter: the lock itself for an exclusive hold, that
+        holder's slot of a shared or limited lock (the other holders keep theirs).
+        ``False`` when it was released or changed hands since: nothing is touched then.
+        The evicted holder learns it through its watchdog.
+
+        ``mode`` is the hold's (a record's ``mode``); unknown (``None``), both ways are
+        tried, each a compare-and-delete on the token (two round trips at most)."""
         name = validate_name(name)
         if not isinstance(token, str) or not token:
             raise ValueError(f"force-releasing {name!r} needs the token it was read with")
+        if mode not in (None, EXCLUSIVE, SHARED, LIMITED):
+            raise ValueError(f"mode must be {EXCLUSIVE!r}, {SHARED!r}, {LIMITED!r} or None")
         keys = LockKeys.for_name(self.backend.prefix, name)
-        steps = release_steps(keys, token, self.backend.tuning.waiter_liveness_ms)
-        return SyncDriver(self.backend, name).run(steps)
+        liveness_ms = self.backend.tuning.waiter_liveness_ms
+        driver = SyncDriver(self.backend, name)
+        if mode is not None:
+            return driver.run(release_steps(keys, token, liveness_ms, mode))
+        # The exclusive script leaves a lock held shared alone, and the holders' script a
+        # lock held exclusively: at most one of them can release anything.
+        return driver.run(release_steps(keys, token, liveness_ms, EXCLUSIVE)) or driver.run(
+            release_steps(keys, token, liveness_ms, SHARED)
+        )
 
     def eviction_policy(self) -> str | None:
         """The ``maxmemory-policy`` of a lock server that can evict held locks (anything
@@ -173,30 +197,31 @@ class Listing:
     def _driver(self) -> SyncDriver:
         return SyncDriver(self.backend, None)
 
-    def _read_index(self, filters: Sequence[Filter]) -> _Snapshot:
-        """The names matching ``filters``, with their lease ends, from one read of the
+    def _read_index(self, filters: Sequence[Filter]) -> Snapshot:
+        """The rows matching ``filters``, with their lease ends, from one read of the
         indexes (one round trip per node)."""
         prefix = self.backend.prefix
+        indexes = _bucket_indexes(prefix)
         exact = _exact_names(filters)
         if exact is not None:
             by_bucket: dict[int, list[str]] = {}
             for name in sorted(exact):
                 by_bucket.setdefault(bucket_of(name), []).append(name)
-            calls = [
-                Call(LIST_INDEX, (index_key(prefix, b),), ("=", *names))
-                for b, names in by_bucket.items()
-            ]
+            calls = [Call(LIST_INDEX, indexes[b], ("=", *names)) for b, names in by_bucket.items()]
             buckets = list(by_bucket)
         else:
-            calls = [Call(LIST_INDEX, (index_key(prefix, b),), ("*",)) for b in range(BUCKETS)]
+            calls = [Call(LIST_INDEX, keys, ("*",)) for keys in indexes]
             buckets = list(range(BUCKETS))
-        replies = _answered(self._driver().call_many(calls, READ_TIMEOUT)) if calls else []
+        replies = answered(self._driver().call_many(calls, READ_TIMEOUT)) if calls else []
         names: list[Raw] = []
         ends: dict[Raw, int] = {}
+        holds: dict[Raw, tuple[Raw, Raw]] = {}
         now_by_bucket: dict[int, int] = {}
-        for bucket, (now_ms, joined) in zip(buckets, replies, strict=True):
+        for bucket, (now_ms, joined, joined_holds) in zip(buckets, replies, strict=True):
             now = int(now_ms)
             now_by_bucket[bucket] = now
+            if joined_holds:
+                add_holds(joined_holds, holds, ends)
             if not joined:
                 continue
             flat = joined.split(b"\0" if isinstance(joined, bytes) else "\0")
@@ -204,17 +229,26 @@ class Listing:
             names += bucket_names
             for name, score in zip(bucket_names, flat[1::2], strict=True):
                 ends[name] = int(score)
-        snapshot = _Snapshot(self.backend, names, ends, now_by_bucket)
-        snapshot.names = _filtered(snapshot.names, filters)
-        return snapshot
+        rows = _filtered(names, filters)
+        if holds:
+            rows += _filtered_holds(holds, filters)
+        return Snapshot(self.backend, rows, ends, now_by_bucket, holds)
 
 
-def _answered(replies: list[Any]) -> list[Any]:
-    """``replies``, unless one of them is an error: then that error is raised."""
-    for reply in replies:
-        if isinstance(reply, BaseException):
-            raise reply
-    return replies
+@functools.lru_cache(maxsize=16)
+def _bucket_indexes(prefix: str) -> tuple[tuple[str, str], ...]:
+    """Each bucket's two listing indexes under ``prefix`` (the keys of :data:`LIST_INDEX`),
+    built once per prefix: a listing of one name must not build 512 key names."""
+    return tuple(zip(index_keys(prefix), holder_index_keys(prefix), strict=True))
+
+
+def _filtered_holds(holds: dict[Raw, tuple[Raw, Raw]], filters: Sequence[Filter]) -> list[Raw]:
+    """The rows of ``holds`` whose lock name matches every one of ``filters`` (never the
+    token: ``contains`` must not find a name's letters in a hex token)."""
+    if not filters:
+        return list(holds)
+    matching = set(_filtered(list({name for name, _token in holds.values()}), filters))
+    return [row for row, (name, _token) in holds.items() if name in matching]
 
 
 def _run_on(driver: SyncDriver, node: Any, *command: Any) -> Any:
@@ -223,93 +257,6 @@ def _run_on(driver: SyncDriver, node: Any, *command: Any) -> Any:
     if isinstance(reply, BaseException):
         raise reply
     return reply
-
-
-class _Snapshot:
-    """One read of the listing indexes: the matching names (raw), their lease ends then
-    (server ms: TTL order is lease-end order, and equal lease ends tie whatever moment
-    each bucket was read at), and each bucket's server clock (ms) at the read."""
-
-    __slots__ = ("backend", "ends", "names", "now_by_bucket")
-
-    def __init__(
-        self,
-        backend: Backend,
-        names: list[Raw],
-        ends: dict[Raw, int],
-        now_by_bucket: dict[int, int],
-    ) -> None:
-        self.backend = backend
-        self.names = names
-        self.ends = ends
-        self.now_by_bucket = now_by_bucket
-
-    def _read(
-        self, names: Sequence[Raw], *, values: bool, scores: bool
-    ) -> tuple[list[Raw | None], list[int | None]]:
-        """The lock values and/or remaining leases (ms) of ``names``, ``None`` for the
-        locks gone; one round trip per node (``MGET`` and ``ZMSCORE`` per bucket, whose
-        keys share a slot)."""
-        if not names:
-            return [], []
-        prefix = self.backend.prefix
-        by_bucket: dict[int, list[int]] = {}
-        decoded = [decode(name) for name in names]
-        for i, name in enumerate(decoded):
-            by_bucket.setdefault(bucket_of(name), []).append(i)
-        driver = SyncDriver(self.backend, None)
-        topology = self.backend.topology()
-        by_node: dict[Any, list[tuple[int, tuple[Any, ...]]]] = {}
-        for bucket, indexes in by_bucket.items():
-            node = topology.node_for(index_key(prefix, bucket))
-            for start in range(0, len(indexes), MGET_CHUNK):
-                chunk = indexes[start : start + MGET_CHUNK]
-                if values:
-                    command = ("MGET", *(lock_key(prefix, decoded[i]) for i in chunk))
-                    by_node.setdefault(node, []).append((bucket, ("v", chunk, command)))
-                if scores:
-                    command = ("ZMSCORE", index_key(prefix, bucket), *(names[i] for i in chunk))
-                    by_node.setdefault(node, []).append((bucket, ("s", chunk, command)))
-        read_values: list[Raw | None] = [None] * len(names)
-        read_ttls: list[int | None] = [None] * len(names)
-        for node, requests in by_node.items():
-            replies = _answered(driver.pipeline(node, [request[2] for _, request in requests]))
-            for (bucket, (kind, chunk, _)), reply in zip(requests, replies, strict=True):
-                now_ms = self.now_by_bucket.get(bucket)
-                for i, item in zip(chunk, reply, strict=True):
-                    if kind == "v":
-                        read_values[i] = item
-                    elif item is not None:
-                        end = score_ms(item)
-                        read_ttls[i] = end - now_ms if now_ms is not None else 0
-        return read_values, read_ttls
-
-    def values_of(self, names: Sequence[Raw]) -> list[Raw | None]:
-        """The lock values of ``names`` (``None`` for the locks gone)."""
-        return self._read(names, values=True, scores=False)[0]
-
-    def records(self, names: Sequence[Raw]) -> list[LockRecord]:
-        """The locks ``names``, in that order, leaving out the ones gone."""
-        values, ttls = self._read(names, values=True, scores=True)
-        records = []
-        for name, value, ttl in zip(names, values, ttls, strict=True):
-            if ttl is None:
-                continue  # released meanwhile (and maybe taken again since)
-            record = parse_lock_value(decode(name), value, ttl)
-            if record is not None:
-                records.append(record)
-        return records
-
-    def first_records(self, names: Sequence[Raw], limit: int) -> list[LockRecord]:
-        """The first ``limit`` locks of ``names`` that still exist, reading them in
-        growing chunks."""
-        found: list[LockRecord] = []
-        start, step = 0, max(limit, 1)
-        while len(found) < limit and start < len(names):
-            found += self.records(names[start : start + step])
-            start += step
-            step = min(step * 4, MGET_CHUNK)
-        return found[:limit]
 
 
 def _filtered(names: list[Raw], filters: Sequence[Filter]) -> list[Raw]:
@@ -355,11 +302,11 @@ def _exact_names(filters: Iterable[Filter]) -> frozenset[str] | None:
     return None if names is None else frozenset(filter(_encodable, names))
 
 
-def _ordered(snapshot: _Snapshot, ordering: Sequence[str]) -> list[Raw]:
-    """The matching names in ``ordering`` (vanished locks may be left out when the order
+def _ordered(snapshot: Snapshot, ordering: Sequence[str]) -> list[Raw]:
+    """The matching rows in ``ordering`` (vanished holds may be left out when the order
     needed their values)."""
     first = ordering[0]
-    names = snapshot.names
+    names = snapshot.rows
     if first.removeprefix("-") == "name":
         return sorted(names, reverse=first.startswith("-"))
     fields = {field.removeprefix("-") for field in ordering}

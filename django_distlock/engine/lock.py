@@ -855,6 +855,7 @@ class Lock:
     ) -> None:
         if backend.observer is None:
             return
+        mode = self.mode
         backend.emit(
             Event(
                 kind=kind,
@@ -865,6 +866,8 @@ class Lock:
                 pid=os.getpid(),
                 thread=thread,
                 template=self.template,
+                mode=mode,
+                limit=self.limit if mode == LIMITED else None,
                 **extra,
             )
         )

@@ -1,9 +1,11 @@
 """The value a held lock's key stores, read back: who holds it, since when, with what
-fence and lease.
+fence and lease, and as which kind of hold.
 
 Pure helpers (no I/O), so that every reader (the listing, ``HeldLock.objects``, the
-admin, the CLI) decodes the layout written by
-:data:`~django_distlock.engine.scripts.ACQUIRE` in one place.
+admin, the CLI) decodes the layouts written by
+:data:`~django_distlock.engine.scripts.ACQUIRE` (an exclusive hold) and
+:data:`~django_distlock.engine.scripts.HOLDER_ACQUIRE` (a shared or limited hold) in one
+place.
 
 >>> record = parse_lock_value("invoice:42", b'ab12\\n7\\n1700000000000000\\n30000\\n'
 ...     b'{"host":"web1","pid":12,"thread":"MainThread","context":"","auto_renew":true}',
@@ -17,10 +19,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from .core import EXCLUSIVE, LIMITED, SHARED
+
 __all__ = [
     "LockRecord",
     "decode",
     "lock_value_acquired_at_us",
+    "parse_kind",
     "parse_lock_value",
     "score_ms",
 ]
@@ -28,10 +33,14 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True)
 class LockRecord:
-    """What Redis says about one held lock.
+    """What Redis says about one hold of a lock: the only one of an exclusive lock, or one
+    of the holds of a shared or limited lock (each has its own token, fence and lease).
 
     ``acquired_at_us`` is the server clock (epoch microseconds) when it was taken,
-    ``lease`` its lease in seconds, ``ttl`` the seconds left when it was read.
+    ``lease`` its lease in seconds, ``ttl`` the seconds left when it was read. ``mode``
+    is ``"exclusive"``, ``"shared"`` or ``"limited"``; ``limit`` how many holds a limited
+    lock admits (``None`` for the other kinds); ``holders`` how many holds the lock had
+    when it was read (``1`` for an exclusive lock).
     """
 
     name: str
@@ -45,6 +54,9 @@ class LockRecord:
     thread: str
     context: str
     auto_renew: bool
+    mode: str = EXCLUSIVE
+    limit: int | None = None
+    holders: int = 1
 
     @property
     def acquired_at(self) -> float:
@@ -65,10 +77,35 @@ def score_ms(score: bytes | str | float) -> int:
         return int(float(score))
 
 
-def parse_lock_value(name: str, value: bytes | str | None, ttl_ms: float) -> LockRecord | None:
+def parse_kind(kind: bytes | str | None) -> tuple[str, int | None]:
+    """The mode and limit of a holders' hash's ``#kind`` field (``shared``, ``limited
+    N``); a missing or unknown one reads as ``("shared", None)``.
+
+    >>> parse_kind(b"limited 3"), parse_kind("shared")
+    (('limited', 3), ('shared', None))
+    """
+    if kind is None:
+        return SHARED, None
+    mode, _, limit = decode(kind).partition(" ")
+    if mode == LIMITED and limit.isdigit():
+        return LIMITED, int(limit)
+    return SHARED, None
+
+
+def parse_lock_value(
+    name: str,
+    value: bytes | str | None,
+    ttl_ms: float,
+    *,
+    mode: str = EXCLUSIVE,
+    limit: int | None = None,
+    holders: int = 1,
+) -> LockRecord | None:
     """The lock key's value (``token \\n fence \\n acquired_at_us \\n lease_ms \\n
     owner_json``) as a :class:`LockRecord`; ``None`` when the key is gone or does not
-    hold a value in that layout."""
+    hold a value in that layout. A shared or limited hold's entry in the holders' hash
+    reads the same once its token is put in front (``mode``, ``limit`` and ``holders``
+    then describe the lock)."""
     if value is None:
         return None
     parts = decode(value).split("\n", 4)
@@ -92,6 +129,9 @@ def parse_lock_value(name: str, value: bytes | str | None, ttl_ms: float) -> Loc
             thread=str(owner.get("thread", "")),
             context=str(owner.get("context", "")),
             auto_renew=owner.get("auto_renew") is True,
+            mode=mode,
+            limit=limit,
+            holders=holders,
         )
     except ValueError:
         return None

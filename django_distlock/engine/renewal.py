@@ -159,6 +159,8 @@ def hold_event(hold: Hold, kind: str, **details: Any) -> Event:
         thread=hold.thread,
         template=hold.template,
         at=time.time(),
+        mode=hold.mode,
+        limit=hold.limit if hold.mode == "limited" else None,
         **details,
     )
 

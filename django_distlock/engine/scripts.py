@@ -20,6 +20,11 @@ owner_json`` in the holders' hash (field ``#kind``: ``shared`` or ``limited N``)
 keys expire with the last holder's lease, and a holder whose lease is over counts as
 gone at once (every script drops such holders before it counts). The key's type is
 what tells the kinds apart, so an exclusive acquire of a free lock costs what it did.
+
+Why this module is long: the scripts share Lua fragments (the clock, the fair queue, the
+wake-up, pruning holders, the next fence) spliced into the branches that need them, and a
+fragment only reads right next to the scripts it goes into; every script also carries
+its own header of keys, arguments and replies.
 """
 
 from __future__ import annotations
@@ -681,34 +686,61 @@ return redis.call('PTTL', KEYS[1])
 
 LIST_INDEX = Script(
     "list_index",
-    r"""-- list_index: the live entries of one bucket's listing index, and the server time.
+    r"""-- list_index: the live entries of one bucket's listing indexes, and the server time.
 -- KEYS[1] the bucket's listing index (zset: member = lock name, score = lease end, ms)
+-- KEYS[2] (optional) the bucket's index of shared and limited holds (zset: member =
+--         name NUL token, score = that hold's lease end, ms)
 -- ARGV[1] '*' for every entry, '#' to count them, '=' to look up the names in ARGV[2..]
--- returns {now_ms, entries} for '*' and '=': entries = 'name\0score\0name\0score...'
---         in one string (names never hold NUL; one string parses much faster than
---         thousands of elements), {now_ms, count} for '#'; entries whose lease is
---         over are dropped
+-- returns {now_ms, entries, holds} for '*' and '=': entries = 'name\0score\0name\0score...'
+--         and holds = 'name\0token\0score\0...', each in one string (names never hold
+--         NUL; one string parses much faster than thousands of elements);
+--         {now_ms, count, holds_count} for '#'; entries whose lease is over are left
+--         out (and dropped from KEYS[1]; the scripts that add holds prune KEYS[2]), and
+--         holds is '' or 0 without KEYS[2]
 local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
--- A key lives until its expiry time is strictly past, hence the exclusive bound.
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. string.format('%.0f', now_ms))
+-- A key lives until its expiry time is strictly past: live entries score now or more.
+local now_text = string.format('%.0f', now_ms)
+-- Pruned, then counted: ZCOUNT would decode every score of a small (listpack) set.
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now_text)
+-- The holds' index is only read: one command per bucket, which servers holding
+-- exclusive locks only pay too (on a missing key it costs next to nothing).
+local with_holds = #KEYS > 1
 if ARGV[1] == '#' then
-  return {now_ms, redis.call('ZCARD', KEYS[1])}
+  local holds = 0
+  if with_holds then holds = redis.call('ZCOUNT', KEYS[2], now_text, '+inf') end
+  return {now_ms, redis.call('ZCARD', KEYS[1]), holds}
 end
 local entries
+local holds = {}
+if with_holds then
+  holds = redis.call('ZRANGEBYSCORE', KEYS[2], now_text, '+inf', 'WITHSCORES')
+end
 if ARGV[1] == '*' then
   entries = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
 else
   entries = {}
+  local wanted = {}
   for i = 2, #ARGV do
+    wanted[ARGV[i]] = true
     local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
     if score then
       entries[#entries + 1] = ARGV[i]
       entries[#entries + 1] = score
     end
   end
+  -- Members are 'name NUL token': keep the holds of the names looked up.
+  local kept = {}
+  for i = 1, #holds, 2 do
+    local cut = string.find(holds[i], '\0', 1, true)
+    if cut and wanted[string.sub(holds[i], 1, cut - 1)] then
+      kept[#kept + 1] = holds[i]
+      kept[#kept + 1] = holds[i + 1]
+    end
+  end
+  holds = kept
 end
-return {now_ms, table.concat(entries, '\0')}
+return {now_ms, table.concat(entries, '\0'), table.concat(holds, '\0')}
 """,
 )
 

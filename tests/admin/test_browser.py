@@ -240,3 +240,79 @@ def test_a_renewing_lock_counts_down_the_way_its_watchdog_renews(
         finally:
             page.click("#toggle-refresh")
     expect(page.locator("#refresh-state")).to_have_text("Refreshing every 5 seconds.")
+
+
+def test_each_kind_of_lock_and_force_release_of_one_shared_hold(
+    admin_page: Page, live_server: Any, lock_holder: Any, settings: Any
+) -> None:
+    """One exclusive lock, one shared lock with two holders and one limited lock (limit 3)
+    with two holders, each holder another process: the page shows a row per hold with
+    its mode, the shared lock's detail page shows both holds, and force-releasing one
+    shared hold leaves the other holder's."""
+    from django_distlock.models import HeldLock, LockEvent
+
+    settings.DISTLOCK = {"EVENTS": "sync"}
+    mutex = lock_holder("browser:mutex", context="kinds")
+    readers = [
+        lock_holder("browser:shared", context="kinds", kind={"shared": True}) for _ in range(2)
+    ]
+    slots = [lock_holder("browser:limited", context="kinds", kind={"limit": 3}) for _ in range(2)]
+    page = admin_page
+
+    page.goto(heldlocks_url(live_server))
+    rows = page.locator("#heldlocks tbody tr")
+    expect(rows).to_have_count(5)
+    expect(page.locator(".paginator-summary")).to_contain_text("5 holds")
+    expect(rows.locator("th.lock-name")).to_have_text(
+        ["browser:limited", "browser:limited", "browser:mutex", "browser:shared", "browser:shared"]
+    )
+    expect(rows.locator("td.mode")).to_have_text(
+        ["limited 2/3", "limited 2/3", "exclusive", "shared", "shared"]
+    )
+    # Each row is its holder's: its own process and fence.
+    for holder in (mutex, *readers, *slots):
+        row = page.locator(
+            "#heldlocks tbody tr", has=page.locator(f"td.fence:text-is('{holder.fence}')")
+        )
+        expect(row).to_have_count(1)
+        expect(row.locator("td.owner")).to_contain_text(f":{holder.process.pid} ")
+    assert is_png(save_screenshot(page, "admin-heldlocks-kinds.png"))
+
+    # The shared lock's detail page: both holds, each with its own force release.
+    with page.expect_navigation():
+        page.locator("#heldlocks th.lock-name a", has_text="browser:shared").first.click()
+    expect(page.locator("#holds-summary")).to_have_text("Held by 2 holders (shared).")
+    expect(page.locator("h2.hold-title")).to_have_text(["Hold 1 of 2", "Hold 2 of 2"])
+    expect(page.locator("table.heldlock-detail")).to_have_count(2)
+    expect(page.locator("a.deletelink")).to_have_count(2)
+    assert is_png(save_screenshot(page, "admin-heldlock-shared-detail.png"))
+
+    # Force release the hold of the first reader: pick its button by its fence.
+    evicted, kept = readers
+    tables = page.locator("table.heldlock-detail")
+    index = 0 if str(evicted.fence) in tables.nth(0).inner_text() else 1
+    button_id = "#force-release-button" if index == 0 else "#force-release-button-2"
+    with page.expect_navigation():
+        page.click(button_id)
+    confirmation = page.locator("#force-release-list")
+    expect(confirmation).to_contain_text(str(evicted.fence))
+    expect(confirmation.locator("td.mode")).to_have_text("shared")
+    expect(confirmation.locator("td.lock-state")).to_have_text("still held")
+    with page.expect_navigation():
+        page.click("#confirm-force-release")
+    expect(page.locator("ul.messagelist li.success")).to_contain_text(
+        "Force-released a shared hold of lock “browser:shared”"
+    )
+    shared_rows = page.locator("#heldlocks tbody tr", has_text="browser:shared")
+    expect(shared_rows).to_have_count(1)
+    expect(shared_rows.locator("td.fence")).to_have_text(str(kept.fence))
+    expect(page.locator("#heldlocks tbody tr")).to_have_count(4)
+    assert [held.fence for held in HeldLock.objects.filter(name="browser:shared")] == [kept.fence]
+    assert is_png(save_screenshot(page, "admin-heldlocks-kinds-after-release.png"))
+
+    # The history has the force release, as a shared hold.
+    event = LockEvent.objects.get(name="browser:shared", kind=LockEvent.Kind.FORCE_RELEASED)
+    assert (event.mode, event.fence) == ("shared", evicted.fence)
+    page.goto(lockevents_url(live_server))
+    event_row = page.locator("#result_list tbody tr", has_text="browser:shared")
+    expect(event_row.locator("td.field-hold_mode")).to_have_text("shared")

@@ -388,3 +388,25 @@ def test_changelist_with_50000_events_renders_fast(viewer, capsys):
         )
     assert response.context["event_chart"].granularity == "hour"
     assert max(max(v) for v in timings.values()) < 2.0
+
+
+@pytest.mark.django_db
+def test_the_mode_of_each_event_is_shown_and_filtered(viewer):
+    event(name="mutex")
+    event(name="readers", mode="shared")
+    event(name="slots", mode="limited", limit=3)
+    response = viewer.get(changelist_url())
+    content = response.content.decode()
+    assert '<td class="field-hold_mode">exclusive</td>' in content
+    assert '<td class="field-hold_mode">shared</td>' in content
+    assert '<td class="field-hold_mode">limited 3</td>' in content
+    assert "?mode__exact=limited" in content  # the sidebar filter
+    assert result_names(viewer.get(changelist_url(mode__exact="limited"))) == ["slots"]
+    assert result_names(viewer.get(changelist_url(mode__exact="shared"))) == ["readers"]
+    detail = viewer.get(
+        reverse(
+            "admin:django_distlock_lockevent_change", args=[LockEvent.objects.get(name="slots").pk]
+        )
+    ).content.decode()
+    assert "limited" in detail
+    assert '<div class="readonly">3</div>' in detail

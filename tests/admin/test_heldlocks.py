@@ -67,7 +67,7 @@ def test_changelist_lists_held_locks_with_their_owner(admin, hold):
     assert response.status_code == 200
     html = response.content.decode()
     assert _names_on_page(html) == ["invoice:42", "report:daily"]
-    assert "2 locks held" in html
+    assert "2 holds" in html
     assert "billing.pay" in html
     assert f'<td class="fence">{lock.fence}</td>' in html
     assert 'href="/admin/django_distlock/heldlock/detail/?name=invoice%3A42"' in html
@@ -225,13 +225,13 @@ def test_pagination(admin, redis_client):
     finally:
         for lock in locks:
             lock.release()
-    assert "250 locks held" in first
+    assert "250 holds" in first
     assert _names_on_page(first) == [f"job:{i:03}" for i in range(100)]
     assert "page 1 of 3" in first
     assert 'href="?p=3"' in first
     assert _names_on_page(third) == [f"job:{i:03}" for i in range(200, 250)]
     assert _names_on_page(beyond) == _names_on_page(third)  # get_page: the last page
-    assert "100 locks held" in searched
+    assert "100 holds" in searched
     assert "page 1 of 1" not in searched
     assert _names_on_page(searched) == [f"job:{i:03}" for i in range(100, 200)]
 
@@ -258,7 +258,7 @@ def test_ten_thousand_locks_page_render_time(admin, redis_client, capsys):
                 assert response.status_code == 200
                 assert len(_names_on_page(response.content.decode())) == 100
             timings[label] = statistics.median(runs)
-        assert "10000 locks held" in admin.get(CHANGELIST).content.decode()
+        assert "10000 holds" in admin.get(CHANGELIST).content.decode()
     finally:
         for lock in locks:
             lock.release()
@@ -630,3 +630,118 @@ def test_force_release_of_crafted_selections(admin, redis_client):
         [message] = _messages(response)
         assert "was not released" in message
     assert not LogEntry.objects.exists()
+
+
+# -- kinds: a row per hold ----------------------------------------------------------------
+
+
+def _holds_of(name: str) -> list[HeldLock]:
+    return list(HeldLock.objects.filter(name=name))
+
+
+def _hold_selection(held: HeldLock) -> str:
+    return f"{held.token}:{held.fence}:{held.name}"
+
+
+def test_changelist_shows_each_hold_with_its_mode(admin, hold):
+    hold.enter_context(distlock("kinds:mutex", timeout=30))
+    readers = [hold.enter_context(distlock("kinds:shared", shared=True)) for _ in range(2)]
+    slots = [hold.enter_context(distlock("kinds:limited", limit=3)) for _ in range(2)]
+
+    html = admin.get(CHANGELIST).content.decode()
+
+    assert _names_on_page(html) == ["kinds:limited"] * 2 + ["kinds:mutex"] + ["kinds:shared"] * 2
+    assert "5 holds" in html
+    assert html.count('<td class="mode mode-limited">limited 2/3</td>') == 2
+    assert html.count('<td class="mode mode-exclusive">exclusive</td>') == 1
+    assert html.count('<td class="mode mode-shared">shared</td>') == 2
+    for lock in (*readers, *slots):
+        assert f'<td class="fence">{lock.fence}</td>' in html
+    # Every hold has its own checkbox, carrying its own token.
+    for held in _holds_of("kinds:shared") + _holds_of("kinds:limited"):
+        assert f'value="{escape(_hold_selection(held))}"' in html
+
+
+def test_detail_shows_every_hold_with_its_own_force_release(admin, hold):
+    readers = [hold.enter_context(distlock("kinds:shared", shared=True)) for _ in range(2)]
+    response = admin.get(_detail("kinds:shared"))
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert "Held by 2 holders (shared)." in html
+    assert "Hold 1 of 2" in html
+    assert "Hold 2 of 2" in html
+    assert 'id="heldlock-detail"' in html
+    assert 'id="heldlock-detail-2"' in html
+    assert 'id="force-release-button"' in html
+    assert 'id="force-release-button-2"' in html
+    assert html.count("Force release this hold") == 2
+    for lock in readers:
+        assert f"<code>{lock.token}</code>" in html
+        assert f"<td>{lock.fence}</td>" in html
+    assert [row.held.token for row in response.context["rows"]] == sorted(
+        lock.token for lock in readers
+    )
+    # A lock with one hold reads as before.
+    hold.enter_context(distlock("kinds:limited", limit=3))
+    single = admin.get(_detail("kinds:limited")).content.decode()
+    assert "Hold 1 of" not in single
+    assert '<td class="mode mode-limited">limited 1/3</td>' in single
+    assert ">Force release</a>" in single
+
+
+@override_settings(DISTLOCK={"EVENTS": "sync"})
+def test_force_release_of_one_shared_hold_leaves_the_other(operator, redis_client):
+    evicted = distlock("kinds:shared", shared=True, timeout=60, raise_on_lost=False)
+    kept = distlock("kinds:shared", shared=True, timeout=60)
+    assert evicted.acquire()
+    assert kept.acquire()
+    try:
+        detail = operator.get(_detail("kinds:shared"))
+        row = next(r for r in detail.context["rows"] if r.held.token == evicted.token)
+        confirmation = operator.get(row.force_release_url)
+        assert confirmation.status_code == 200
+        page = confirmation.content.decode()
+        assert "still held" in page
+        assert '<td class="mode">shared</td>' in page
+        response = operator.post(
+            FORCE_RELEASE, {"lock": row.selection, "confirm": "yes"}, follow=True
+        )
+        assert _messages(response) == [
+            f"Force-released a shared hold of lock “kinds:shared” (fence {evicted.fence}); "
+            "its other holds are untouched."
+        ]
+        assert [h.token for h in _holds_of("kinds:shared")] == [kept.token]
+        assert kept.owned()
+        event = LockEvent.objects.get(kind="force_released")
+        assert (event.mode, event.fence) == ("shared", evicted.fence)
+        assert LogEntry.objects.get().object_id == "kinds:shared"
+        # Confirming the same hold again: it ended, the other hold is not touched.
+        again = operator.get(FORCE_RELEASE, {"lock": row.selection}).content.decode()
+        assert "this hold ended since you saw it; the lock's other holds" in again
+        response = operator.post(
+            FORCE_RELEASE, {"lock": row.selection, "confirm": "yes"}, follow=True
+        )
+        assert "was not released" in _messages(response)[0]
+        assert kept.owned()
+    finally:
+        kept.release()
+        _let_go(evicted)
+
+
+def test_force_release_of_several_holds_at_once(admin, redis_client):
+    slots = [distlock("kinds:limited", limit=3, raise_on_lost=False) for _ in range(3)]
+    for lock in slots:
+        assert lock.acquire()
+    try:
+        selections = [_hold_selection(held) for held in _holds_of("kinds:limited")[:2]]
+        html = admin.get(FORCE_RELEASE, {"lock": selections}).content.decode()
+        assert "Force release these 2 locks?" in html
+        assert html.count('<td class="mode">limited 3/3</td>') == 2
+        response = admin.post(FORCE_RELEASE, {"lock": selections, "confirm": "yes"}, follow=True)
+        assert len(_messages(response)) == 2
+        left = _holds_of("kinds:limited")
+        assert len(left) == 1
+        assert left[0].holders == 1
+        assert sum(lock.owned() for lock in slots) == 1
+    finally:
+        _let_go(*slots)

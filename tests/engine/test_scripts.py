@@ -195,3 +195,38 @@ def test_every_key_a_script_touches_is_declared():
                     command,
                     first,
                 )
+
+
+def test_list_index_reads_the_holds_index_in_the_same_call(redis_client):
+    now_ms = server_time_us(redis_client) // 1000
+    index, holds = KEYS.index, KEYS.holder_index
+    redis_client.zadd(index, {"raw": now_ms + 60_000, "dead": now_ms - 1000})
+    redis_client.zadd(
+        holds,
+        {"s\0t1": now_ms + 30_000, "s\0t2": now_ms + 40_000, "x\0t3": now_ms - 1000},
+    )
+
+    def run(*args: str, keys: tuple[str, ...] = (index, holds)) -> list:
+        return redis_client.eval(LIST_INDEX.source, len(keys), *keys, *args)
+
+    _now, entries, found = run("*")
+    assert entries == b"raw\0" + str(now_ms + 60_000).encode()
+    assert found.split(b"\0") == [
+        b"s",
+        b"t1",
+        str(now_ms + 30_000).encode(),
+        b"s",
+        b"t2",
+        str(now_ms + 40_000).encode(),
+    ]
+    assert run("#")[1:] == [1, 2]
+    _now, entries, found = run("=", "s", "raw", "x")
+    assert entries.split(b"\0")[0] == b"raw"
+    assert found.split(b"\0")[0::3] == [b"s", b"s"]
+    assert run("=", "raw")[2] == b""
+    # The holds' index is only read (the scripts that add holds prune it); without it,
+    # the reply says nothing of holds.
+    assert redis_client.zscore(holds, "x\0t3") is not None
+    assert redis_client.zscore(index, "dead") is None
+    assert run("*", keys=(index,))[2] == b""
+    assert run("#", keys=(index,))[2] == 0

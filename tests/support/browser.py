@@ -13,6 +13,7 @@ Also here: ``LockHolder``, another process that holds a lock until told to exit,
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -135,7 +136,7 @@ def is_png(path: Path) -> bool:
 
 
 _HOLDER_SCRIPT = """
-import os, sys
+import json, os, sys
 import django
 django.setup()
 from django_distlock import distlock
@@ -145,6 +146,7 @@ lock = distlock(
     auto_renew=False,
     context=sys.argv[3],
     blocking_timeout=10,
+    **json.loads(sys.argv[4]),
 )
 if not lock.acquire():
     print("busy", flush=True)
@@ -158,14 +160,30 @@ os._exit(0)
 class LockHolder:
     """Another Python process that takes ``name`` (no auto-renew, so its TTL counts
     down) and keeps it until ``stop()``; it never releases it itself, so a force release
-    from the admin is what frees it."""
+    from the admin is what frees it. ``kind`` are ``distlock()`` options such as
+    ``{"shared": True}`` or ``{"limit": 3}``."""
 
-    def __init__(self, name: str, *, timeout: float = 120.0, context: str = "browser-test") -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        timeout: float = 120.0,
+        context: str = "browser-test",
+        kind: dict[str, Any] | None = None,
+    ) -> None:
         env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.settings"}
         env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
         self.name = name
         self.process = subprocess.Popen(
-            [sys.executable, "-c", _HOLDER_SCRIPT, name, str(timeout), context],
+            [
+                sys.executable,
+                "-c",
+                _HOLDER_SCRIPT,
+                name,
+                str(timeout),
+                context,
+                json.dumps(kind or {}),
+            ],
             cwd=REPO_ROOT,
             env=env,
             stdin=subprocess.PIPE,

@@ -20,6 +20,7 @@ from django.views import View
 from django_distlock.connections import get_backend
 from django_distlock.engine import LockBackendUnavailable, LockKeys
 from django_distlock.engine.listing import Listing
+from django_distlock.locks import distlock
 from django_distlock.views import LockViewMixin, lock_view
 
 busy_calls: list[tuple[str, str, float | None]] = []
@@ -258,7 +259,66 @@ def missing_attribute(request: HttpRequest) -> HttpResponse:
     return HttpResponse("unreachable")
 
 
+def _holds(**extra: Any) -> JsonResponse:
+    """The holds of the locks held right now (name, mode, limit), for the kind views."""
+    records = Listing(get_backend()).records()
+    holds = [[record.name, record.mode, record.limit] for record in records]
+    return JsonResponse({"holds": holds, **extra})
+
+
+@lock_view("export:{account_id}", limit=2)
+def limited_export(request: HttpRequest, account_id: int) -> JsonResponse:
+    return _holds(fence=request.distlock.fence)  # type: ignore[attr-defined]
+
+
+@lock_view("export:{account_id}", limit=2)
+async def alimited_export(request: HttpRequest, account_id: int) -> JsonResponse:
+    holds = await sync_to_async(_holds, thread_sensitive=False)(
+        fence=request.distlock.fence  # type: ignore[attr-defined]
+    )
+    return holds
+
+
+@lock_view("catalog:{pk}", shared=True)
+def read_catalog(request: HttpRequest, pk: int) -> JsonResponse:
+    return _holds()
+
+
+@lock_view("catalog:{pk}")
+def write_catalog(request: HttpRequest, pk: int) -> JsonResponse:
+    return _holds()
+
+
+class LimitedMixinView(LockViewMixin, View):
+    lock_name = "export:{account_id}"
+    lock_limit = 2
+
+    def get(self, request: HttpRequest, account_id: int) -> JsonResponse:
+        return _holds()
+
+
+class SharedMixinView(LockViewMixin, View):
+    lock_name = "catalog:{pk}"
+    lock_shared = True
+
+    async def get(self, request: HttpRequest, pk: int) -> JsonResponse:
+        return await sync_to_async(_holds, thread_sensitive=False)()
+
+
+@lock_view("order:{pk}", reentrant=True)
+def reentrant_order(request: HttpRequest, pk: int) -> JsonResponse:
+    with distlock(f"order:{pk}", reentrant=True) as inner:  # a service the view calls
+        return _holds(depth_fence=inner.fence)
+
+
 urlpatterns = [
+    path("limited/<int:account_id>/", limited_export),
+    path("alimited/<int:account_id>/", alimited_export),
+    path("mixin-limited/<int:account_id>/", LimitedMixinView.as_view()),
+    path("read-catalog/<int:pk>/", read_catalog),
+    path("write-catalog/<int:pk>/", write_catalog),
+    path("mixin-shared/<int:pk>/", SharedMixinView.as_view()),
+    path("reentrant/<int:pk>/", reentrant_order),
     path("pay/<int:invoice_id>/", pay),
     path("apay/<int:invoice_id>/", apay),
     path("cbv/<int:invoice_id>/", PayView.as_view()),

@@ -4,9 +4,14 @@
 
     manage.py distlock list [--prefix P]
     manage.py distlock show NAME
-    manage.py distlock release NAME --force
-    manage.py distlock run NAME [--wait S] [--timeout S] [--grace S] -- CMD ARGS...
+    manage.py distlock release NAME --force [--fence FENCE]
+    manage.py distlock run NAME [--wait S] [--timeout S] [--grace S] [--limit N | --shared]
+        -- CMD ARGS...
     manage.py distlock prune-events --older-than DURATION
+
+A shared or limited lock has one hold per holder: ``list`` and ``show`` print each
+(with its mode), and ``release`` breaks one of them (``--fence`` says which, when there
+are several: fences are unique per name, and unlike tokens they are no capability).
 
 Exit status of ``run`` (a cluster-wide ``flock(1)`` for cron): the program's own exit
 status; ``128 + N`` if it was killed by signal N; ``75`` (``EX_TEMPFAIL``) if the lock
@@ -15,6 +20,11 @@ stayed busy; ``69`` (``EX_UNAVAILABLE``) if Redis could not be reached; ``70``
 ``127`` if the program was not found and ``126`` if it could not be executed (the
 ``EXIT_*`` constants of :mod:`django_distlock.supervisor`, which runs the program). The other
 subcommands exit with ``0`` on success and ``1`` on any error (a ``CommandError``).
+
+Why this module is long: it is one command, whose five subcommands share one parser
+(Django's options after the subcommand, ``run``'s own ``--`` split) and one way of
+reporting Redis errors; each subcommand is an argparse setup and a short handler, and
+the work itself lives elsewhere (``HeldLock.objects``, ``supervisor``, ``events``).
 """
 
 from __future__ import annotations
@@ -32,13 +42,14 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_distlock.durations import duration_type, format_duration, seconds_type
+from django_distlock.engine import Lock
 from django_distlock.engine.exceptions import LockBackendUnavailable, LockNotAcquired
 from django_distlock.engine.keys import clean_label, validate_name
 from django_distlock.events import prune_events
 from django_distlock.heldlocks import lock_server_eviction_policy
 from django_distlock.lockedcommand import holder_description
 from django_distlock.locks import distlock
-from django_distlock.models import HeldLock
+from django_distlock.models import HeldLock, Mode
 from django_distlock.supervisor import (
     EXIT_BUSY,
     EXIT_CANNOT_EXECUTE,
@@ -57,7 +68,7 @@ from django_distlock.terminal import (
 
 __all__ = ["Command"]
 
-_LIST_HEADERS = ["NAME", "HOLDER", "CONTEXT", "FENCE", "HELD FOR", "TTL", "AUTO-RENEW"]
+_LIST_HEADERS = ["NAME", "MODE", "HOLDER", "CONTEXT", "FENCE", "HELD FOR", "TTL", "AUTO-RENEW"]
 _LIST_COLUMN_LIMITS = {"NAME": 48, "HOLDER": 40, "CONTEXT": 32}
 _LIST_RIGHT_ALIGNED = frozenset({"FENCE", "HELD FOR", "TTL"})
 
@@ -127,13 +138,14 @@ class Command(BaseCommand):
         listing = subcommands.add_parser(
             "list",
             parents=common,
-            help="held locks as a table, ordered by name",
-            description="Held locks.",
+            help="held locks as a table, ordered by name (a row per hold)",
+            description="Held locks: one row per hold (a shared or limited lock has one per "
+            "holder), with its mode.",
         )
         listing.add_argument("--prefix", default="", help="only locks whose name starts so")
 
         show = subcommands.add_parser(
-            "show", parents=common, help="everything known about one held lock"
+            "show", parents=common, help="everything known about one held lock (each hold)"
         )
         show.add_argument("name", metavar="NAME", help="the lock's name")
 
@@ -142,10 +154,17 @@ class Command(BaseCommand):
             parents=common,
             help="force-release a held lock",
             description="Force-release a lock held by someone else. Its holder keeps running "
-            "until its lease renewal notices (it is told the lock was lost).",
+            "until its lease renewal notices (it is told the lock was lost). A shared or "
+            "limited lock with several holds needs --fence (see show) to say which hold.",
         )
         release.add_argument("name", metavar="NAME", help="the lock's name")
         release.add_argument("--force", action="store_true", help="really release it (required)")
+        release.add_argument(
+            "--fence",
+            type=int,
+            default=None,
+            help="the hold to release, by its fence (as list and show print it)",
+        )
 
         run = subcommands.add_parser(
             "run",
@@ -183,6 +202,17 @@ class Command(BaseCommand):
             default=10.0,
             metavar="SECONDS",
             help="if the lock is lost, time between SIGTERM and SIGKILL to CMD (default: 10)",
+        )
+        kind = run.add_mutually_exclusive_group()
+        kind.add_argument(
+            "--limit",
+            type=int,
+            default=None,
+            metavar="N",
+            help="let up to N runs hold the lock at once (a limited lock)",
+        )
+        kind.add_argument(
+            "--shared", action="store_true", help="take a shared hold (exclusive holds wait)"
         )
         run.add_argument("program", nargs="*", metavar="CMD", help="-- CMD ARGS...")
 
@@ -224,6 +254,7 @@ class Command(BaseCommand):
         rows = [
             [
                 escape_for_terminal(held.name),
+                held.mode_label,
                 escape_for_terminal(held.owner),
                 escape_for_terminal(held.context),
                 str(held.fence),
@@ -241,13 +272,24 @@ class Command(BaseCommand):
         )
         for line in table:
             self.stdout.write(line)
-        self.stdout.write(f"{len(locks)} lock{'s' if len(locks) != 1 else ''} held.")
+        names = len({held.name for held in locks})
+        summary = f"{names} lock{'s' if names != 1 else ''} held"
+        if len(locks) != names:
+            summary += f" ({len(locks)} holds)"
+        self.stdout.write(f"{summary}.")
 
     def handle_show(self, *, name: str, **options: Any) -> None:
-        """``show NAME``: every field of one held lock."""
-        held = self._get(name)
+        """``show NAME``: every field of each hold of one held lock."""
+        holds = self._holds(name)
+        for number, held in enumerate(holds, 1):
+            if len(holds) > 1:
+                self.stdout.write(("" if number == 1 else "\n") + f"hold {number} of {len(holds)}")
+            self._show_hold(held)
+
+    def _show_hold(self, held: HeldLock) -> None:
         fields = [
             ("name", escape_for_terminal(held.name)),
+            ("mode", held.mode_label),
             ("host", escape_for_terminal(held.host)),
             ("pid", str(held.pid)),
             ("thread", escape_for_terminal(held.thread)),
@@ -262,14 +304,31 @@ class Command(BaseCommand):
         for label, value in fields:
             self.stdout.write(f"{label + ':':<{width}} {value}")
 
-    def handle_release(self, *, name: str, force: bool, **options: Any) -> None:
-        """``release NAME --force``: compare-and-delete on the token just read."""
+    def handle_release(
+        self, *, name: str, force: bool, fence: int | None = None, **options: Any
+    ) -> None:
+        """``release NAME --force [--fence F]``: compare-and-delete on the token just read
+        (of the hold with fence ``F``)."""
         if not force:
             raise CommandError(
                 f"refusing to release lock {name!r} without --force: its holder may still be "
                 "working, and releasing it lets another process in at the same time"
             )
-        held = self._get(name)
+        holds = self._holds(name)
+        if fence is not None:
+            chosen = [held for held in holds if held.fence == fence]
+            if not chosen:
+                raise CommandError(f"lock {name!r} has no hold with fence {fence}")
+            holds = chosen
+        if len(holds) > 1:
+            fences = ", ".join(
+                f"{held.fence} ({holder_label(held.host, held.pid)})" for held in holds
+            )
+            raise CommandError(
+                f"lock {name!r} has {len(holds)} holds ({holds[0].mode_label}); pass --fence "
+                f"to say which one to release: {fences}"
+            )
+        held = holds[0]
         holder = holder_label(held.host, held.pid)
         with _redis_errors():
             released = held.release(force=True)
@@ -278,8 +337,9 @@ class Command(BaseCommand):
                 f"lock {name!r} changed hands or was released before it could be "
                 "force-released; nothing was done"
             )
+        what = "lock" if held.mode == Mode.EXCLUSIVE else f"a {held.mode} hold of lock"
         self.stdout.write(
-            f"Released lock {name!r} (held by {holder} since "
+            f"Released {what} {name!r} (held by {holder} since "
             f"{utc_timestamp(held.acquired_at)}, fence {held.fence})."
         )
 
@@ -291,6 +351,8 @@ class Command(BaseCommand):
         wait: float,
         timeout: float | None,
         grace: float,
+        limit: int | None = None,
+        shared: bool = False,
         **options: Any,
     ) -> None:
         """``run NAME -- CMD ARGS...``: exits with CMD's status (see the module doc)."""
@@ -300,26 +362,27 @@ class Command(BaseCommand):
             )
         try:
             validate_name(name)
+            lock = distlock(
+                name,
+                timeout=timeout,
+                blocking=wait > 0,
+                blocking_timeout=wait,
+                auto_renew=True,
+                context=clean_label(f"distlock run {os.path.basename(program[0])}"),
+                limit=limit,
+                shared=shared,
+            )
         except (TypeError, ValueError) as exc:
-            raise CommandError(f"invalid lock name: {exc}") from None
-        sys.exit(self._run_program(name, program, wait=wait, timeout=timeout, grace=grace))
+            raise CommandError(f"invalid lock: {exc}") from None
+        sys.exit(self._run_program(lock, program, wait=wait, grace=grace))
 
-    def _run_program(
-        self, name: str, program: list[str], *, wait: float, timeout: float | None, grace: float
-    ) -> int:
+    def _run_program(self, lock: Lock, program: list[str], *, wait: float, grace: float) -> int:
         """The exit status of ``run``: the program's, or why it did not run."""
 
         def report(message: str) -> None:
             self.stderr.write(f"distlock run: {message}")
 
-        lock = distlock(
-            name,
-            timeout=timeout,
-            blocking=wait > 0,
-            blocking_timeout=wait,
-            auto_renew=True,
-            context=clean_label(f"distlock run {os.path.basename(program[0])}"),
-        )
+        name = lock.name
         started = time.monotonic()
         try:
             return LockedProgram(lock, program, grace=grace, report=report).run()
@@ -350,9 +413,10 @@ class Command(BaseCommand):
             f"{format_duration(older_than.total_seconds())}."
         )
 
-    def _get(self, name: str) -> HeldLock:
+    def _holds(self, name: str) -> list[HeldLock]:
+        """The holds of lock ``name`` (one unless it is shared or limited)."""
         with _redis_errors():
-            try:
-                return HeldLock.objects.get(name=name)
-            except HeldLock.DoesNotExist:
-                raise CommandError(f"lock {name!r} is not held") from None
+            holds = list(HeldLock.objects.filter(name=name))
+        if not holds:
+            raise CommandError(f"lock {name!r} is not held")
+        return holds

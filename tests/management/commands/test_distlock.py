@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import io
 import os
@@ -19,7 +20,7 @@ from django.core.management.base import CommandError
 from django.test import override_settings
 from django.utils import timezone
 
-from django_distlock import distlock
+from django_distlock import LockError, distlock
 from django_distlock.models import HeldLock, LockEvent
 from django_distlock.supervisor import EXIT_BUSY, EXIT_LOST, EXIT_NOT_FOUND, EXIT_UNAVAILABLE
 from tests.support import REPO_ROOT
@@ -74,6 +75,7 @@ def test_list_is_a_table_ordered_by_name(redis_client):
     header, rule, first, second, footer = out.splitlines()
     assert header.split() == [
         "NAME",
+        "MODE",
         "HOLDER",
         "CONTEXT",
         "FENCE",
@@ -85,17 +87,18 @@ def test_list_is_a_table_ordered_by_name(redis_client):
     assert set(rule) == {"-", " "}
     assert first.split() == [
         "invoice:42",
+        "exclusive",
         f"{HOSTNAME}:{os.getpid()}",
         THREAD,
         "shop.views.pay",
         str(fences[0]),
-        *first.split()[5:7],
+        *first.split()[6:8],
         "no",
     ]
-    assert re.fullmatch(r"\d+(\.\d)?s", first.split()[5])  # held for
-    assert 50 <= int(first.split()[6].removesuffix("s")) <= 60  # TTL of a 60 s lease
+    assert re.fullmatch(r"\d+(\.\d)?s", first.split()[6])  # held for
+    assert 50 <= int(first.split()[7].removesuffix("s")) <= 60  # TTL of a 60 s lease
     assert second.split()[0] == "report:b"
-    assert second.split()[3:6] == ["manage.py", "report", str(fences[1])]
+    assert second.split()[4:7] == ["manage.py", "report", str(fences[1])]
     assert second.split()[-1] == "yes"
     assert footer == "2 locks held."
     # Fixed width: every column starts at the same offset on every line.
@@ -171,6 +174,7 @@ def test_show_prints_every_field(redis_client):
     fields = dict(line.split(": ", 1) for line in out.splitlines())
     assert {key: value.strip() for key, value in fields.items()} == {
         "name": "invoice:42",
+        "mode": "exclusive",
         "host": HOSTNAME,
         "pid": str(os.getpid()),
         "thread": THREAD,
@@ -225,19 +229,99 @@ def test_release_does_not_touch_a_lock_that_changed_hands(redis_client, monkeypa
     first = distlock("contested")
     assert first.acquire()
     second = distlock("contested")
-    real_get = HeldLock.objects.get
+    real_filter = HeldLock.objects.filter
 
-    def get_then_hand_over(**lookup):
-        held = real_get(**lookup)  # the operator saw the first holder...
+    def filter_then_hand_over(**lookup):
+        holds = list(real_filter(**lookup))  # the operator saw the first holder...
         first.release()  # ...which then released, and someone else took it
         assert second.acquire(blocking=False)
-        return held
+        return holds
 
-    monkeypatch.setattr(HeldLock.objects, "get", get_then_hand_over)
+    monkeypatch.setattr(HeldLock.objects, "filter", filter_then_hand_over)
     with pytest.raises(CommandError, match="changed hands or was released"):
         distlock_cli("release", "contested", "--force")
     assert second.owned()
     second.release()
+
+
+# -- kinds: a hold per row ---------------------------------------------------------------
+
+
+def test_list_and_show_every_hold_with_its_mode(redis_client):
+    with (
+        distlock("catalog", shared=True, context="reader") as first,
+        distlock("catalog", shared=True, context="reader") as second,
+        distlock("export", limit=3) as slot,
+        distlock("invoice:42"),
+    ):
+        out, _ = distlock_cli("list")
+        shown, _ = distlock_cli("show", "catalog")
+        fences = sorted([first.fence, second.fence])
+        slot_fence = slot.fence
+    lines = out.splitlines()
+    assert [line.split()[:2] for line in lines[2:-1]] == [
+        ["catalog", "shared"],
+        ["catalog", "shared"],
+        ["export", "limited"],
+        ["invoice:42", "exclusive"],
+    ]
+    assert lines[4].split()[2] == "1/3"
+    assert sorted(int(line.split()[5]) for line in lines[2:4]) == fences
+    assert slot_fence == int(lines[4].split()[5])  # "limited 1/3" is two words, no context
+    assert lines[-1] == "3 locks held (4 holds)."
+    assert shown.startswith("hold 1 of 2\nname:          catalog\nmode:          shared\n")
+    assert "\n\nhold 2 of 2\n" in shown
+    assert (
+        sorted(int(line.split()[-1]) for line in shown.splitlines() if line.startswith("fence"))
+        == fences
+    )
+    assert "token" not in shown
+
+
+def test_release_of_a_shared_lock_names_its_holds_and_takes_a_fence(redis_client):
+    lost = threading.Event()
+    evicted = distlock("catalog", shared=True, timeout=30, raise_on_lost=False)
+    kept = distlock("catalog", shared=True, timeout=30, on_lost=lambda lock: lost.set())
+    assert evicted.acquire()
+    assert kept.acquire()
+    try:
+        with pytest.raises(
+            CommandError, match="lock 'catalog' has 2 holds \\(shared\\); pass --fence"
+        ):
+            distlock_cli("release", "catalog", "--force")
+        with pytest.raises(CommandError, match="lock 'catalog' has no hold with fence 12"):
+            distlock_cli("release", "catalog", "--force", "--fence", "12")
+        out, _ = distlock_cli("release", "catalog", "--force", "--fence", str(evicted.fence))
+        assert out.startswith("Released a shared hold of lock 'catalog' (held by ")
+        assert f"fence {evicted.fence})" in out
+        assert [held.token for held in HeldLock.objects.filter(name="catalog")] == [kept.token]
+        assert kept.owned()
+        assert not lost.is_set()
+        # One hold left: no --fence needed.
+        distlock_cli("release", "catalog", "--force")
+        assert not HeldLock.objects.filter(name="catalog").exists()
+    finally:
+        for lock in (evicted, kept):
+            with contextlib.suppress(LockError):
+                lock.release()
+
+
+def test_run_takes_a_slot_of_a_limited_lock(redis_client):
+    with distlock("cron-job", limit=2):
+        code, err = run_cli("cron-job", "--limit", "2", "--", *python("import sys; sys.exit(4)"))
+        assert code == 4, err
+        with distlock("cron-job", limit=2):
+            code, err = run_cli("cron-job", "--limit", "2", "--", *python("pass"))
+    assert code == EXIT_BUSY
+    assert "is held by 2 holders (limited 2/2): " in err
+
+
+def test_run_takes_a_shared_hold(redis_client):
+    with distlock("cron-job", shared=True):
+        code, err = run_cli("cron-job", "--shared", "--", *python("import sys; sys.exit(3)"))
+    assert code == 3, err
+    with pytest.raises(CommandError, match="invalid lock: limit must be between 1"):
+        distlock_cli("run", "cron-job", "--limit", "0", "--", "true")
 
 
 # -- run --------------------------------------------------------------------------------
