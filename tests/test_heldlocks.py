@@ -366,12 +366,15 @@ def test_ten_thousand_locks_among_a_million_keys(private_redis):
     assert first_page_seconds < 2.0  # about 20 ms on a 2-CPU VM
     assert "keys" not in calls
     assert "scan" not in calls
-    # 5 reads of the indexes: 4 read every bucket's (one script each, the 3 that list
-    # names ZRANGE inside it), the get() only its name's bucket. Then the values and lease
+    # 5 reads of the indexes: 4 read every bucket's (one script for them all on a single
+    # server, which ZRANGEs each bucket for the 3 that list names), the get() only its
+    # name's bucket. Then the values and lease
     # ends of each page (MGET and ZMSCORE per bucket of the page's names), and one MGET
     # per bucket for ordering by acquired_at. Nothing per lock, nothing over the keyspace.
-    assert calls["evalsha"] == 4 * BUCKETS + 1
-    assert "eval" not in calls
+    # (the first listing may load its script: an EVALSHA answered NOSCRIPT, counted as a
+    # call, then an EVAL)
+    assert calls["evalsha"] == 4 + 1
+    assert calls.get("eval", 0) <= 1
     assert calls["zrange"] == 3 * BUCKETS
     assert calls["mget"] <= 3 * 100 + BUCKETS + 1
     assert calls["zmscore"] <= 3 * 100 + 1

@@ -51,7 +51,7 @@ from .keys import (
     validate_name,
 )
 from .records import LockRecord, lock_value_acquired_at_us
-from .scripts import LIST_INDEX
+from .scripts import LIST_BUCKETS, LIST_INDEX
 from .snapshot import MGET_CHUNK, Raw, Snapshot, add_holds, answered
 
 __all__ = ["EVERY_LOCK", "LOOKUPS", "MGET_CHUNK", "ORDER_FIELDS", "Listing", "LockQuery", "Page"]
@@ -144,12 +144,7 @@ class Listing:
         if query.filters:
             total = len(self._read_index(query.filters).rows)
         else:
-            prefix = self.backend.prefix
-            calls = [Call(LIST_INDEX, keys, ("#",)) for keys in _bucket_indexes(prefix)]
-            total = sum(
-                int(reply[1]) + int(reply[2])
-                for reply in answered(self._driver().call_many(calls, READ_TIMEOUT))
-            )
+            total = sum(int(reply[1]) + int(reply[2]) for reply in self._every_bucket("#"))
         if query.high is not None:
             total = min(total, query.high)
         return max(total - query.low, 0)
@@ -194,6 +189,20 @@ class Listing:
                 return policy
         return None
 
+    def _every_bucket(self, mode: str) -> list[Any]:
+        """:data:`LIST_INDEX`'s reply (``mode`` ``*`` or ``#``) for every bucket, in bucket
+        order: one script per bucket, pipelined per node, on a cluster; one script for
+        them all on a single server (about twice as fast as 256 pipelined calls)."""
+        indexes = _bucket_indexes(self.backend.prefix)
+        driver = self._driver()
+        if self.backend.topology_now().is_cluster:
+            calls = [Call(LIST_INDEX, keys, (mode,)) for keys in indexes]
+            return answered(driver.call_many(calls, READ_TIMEOUT))
+        flat = tuple(key for pair in indexes for key in pair)
+        reply = driver.call(Call(LIST_BUCKETS, flat, (mode,)))
+        now_ms = reply[0]
+        return [(now_ms, reply[i], reply[i + 1]) for i in range(1, len(reply), 2)]
+
     def _driver(self) -> SyncDriver:
         return SyncDriver(self.backend, None)
 
@@ -210,9 +219,12 @@ class Listing:
             calls = [Call(LIST_INDEX, indexes[b], ("=", *names)) for b, names in by_bucket.items()]
             buckets = list(by_bucket)
         else:
-            calls = [Call(LIST_INDEX, keys, ("*",)) for keys in indexes]
+            calls = []
             buckets = list(range(BUCKETS))
-        replies = answered(self._driver().call_many(calls, READ_TIMEOUT)) if calls else []
+        if calls:
+            replies = answered(self._driver().call_many(calls, READ_TIMEOUT))
+        else:
+            replies = [] if exact is not None else self._every_bucket("*")
         names: list[Raw] = []
         ends: dict[Raw, int] = {}
         holds: dict[Raw, tuple[Raw, Raw]] = {}

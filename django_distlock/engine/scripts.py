@@ -40,6 +40,7 @@ __all__ = [
     "HOLDER_EXTEND",
     "HOLDER_RELEASE",
     "HOLDER_TTL",
+    "LIST_BUCKETS",
     "LIST_INDEX",
     "MANY_ACQUIRE",
     "PASS_ON",
@@ -741,6 +742,35 @@ else
   holds = kept
 end
 return {now_ms, table.concat(entries, '\0'), table.concat(holds, '\0')}
+""",
+)
+
+LIST_BUCKETS = Script(
+    "list_buckets",
+    r"""-- list_buckets: list_index for every bucket of a single server, in one call.
+-- KEYS[1], KEYS[2], then each next pair: a bucket's listing index and its index of shared
+--         and limited holds (as KEYS[1] and KEYS[2] of list_index)
+-- ARGV[1] '*' for every entry, '#' to count them
+-- returns {now_ms, entries_1, holds_1, entries_2, holds_2, ...}: per bucket what
+--         list_index returns after now_ms (counts for '#'); a cluster cannot run it (its
+--         buckets live in different slots), a single server answers at once what 256
+--         pipelined list_index calls would
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local now_text = string.format('%.0f', now_ms)
+local result = {now_ms}
+for i = 1, #KEYS, 2 do
+  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', '(' .. now_text)
+  if ARGV[1] == '#' then
+    result[#result + 1] = redis.call('ZCARD', KEYS[i])
+    result[#result + 1] = redis.call('ZCOUNT', KEYS[i + 1], now_text, '+inf')
+  else
+    result[#result + 1] = table.concat(redis.call('ZRANGE', KEYS[i], 0, -1, 'WITHSCORES'), '\0')
+    result[#result + 1] = table.concat(
+      redis.call('ZRANGEBYSCORE', KEYS[i + 1], now_text, '+inf', 'WITHSCORES'), '\0')
+  end
+end
+return result
 """,
 )
 
