@@ -190,7 +190,7 @@ def test_every_key_a_script_touches_is_declared():
     for script in SCRIPTS:
         for command, first in pattern.findall(script.source):
             if command not in keyless:
-                assert re.fullmatch(r"KEYS\[(\d+|4 \* i( - \d)?|#KEYS)\]", first.strip()), (
+                assert re.fullmatch(r"KEYS\[(\d+|5 \* i( - \d)?|#KEYS)\]", first.strip()), (
                     script.name,
                     command,
                     first,
