@@ -10,4 +10,5 @@ from tests.engine.conftest import (  # noqa: F401 - fixtures shared with the eng
     dead_backend,
     make_backend,
     recorder,
+    topology,
 )
