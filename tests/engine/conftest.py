@@ -21,6 +21,7 @@ from tests.support.engine import (
 )
 from tests.support.kind_workers import (
     Topology,
+    backend_for,
     cluster_target,
     sentinel_target,
     single_target,
@@ -110,3 +111,11 @@ def topology(request: pytest.FixtureRequest) -> Topology:
     cluster = request.getfixturevalue("cluster_setup")
     cluster.flushall()
     return Topology("cluster", cluster_target(cluster.urls), cluster.client())
+
+
+@pytest.fixture
+async def backend_on(topology: Topology) -> AsyncIterator[Backend]:
+    """A backend of the test's own on ``topology`` (sync and async)."""
+    backend = backend_for(topology.target, timeout=10)
+    yield backend
+    await close_backend(backend)

@@ -12,27 +12,17 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import Awaitable
 from typing import Any
 
-import pytest
-
-from django_distlock.engine import Backend, Lock, LockGroup
-from tests.support.engine import close_backend, keys_of
-from tests.support.kind_workers import Topology, Workers, account_names, backend_for
+from django_distlock.engine import Lock, LockGroup
+from tests.support.engine import keys_of
+from tests.support.kind_workers import Topology, Workers, account_names
 
 LEASE = 1.0
 # One observation across processes on a loaded 2-core machine: room for scheduling
 # noise, but far less than the 1 s re-check a waiter falls back on without a timer.
 LATE = 0.3
-
-
-@pytest.fixture
-async def backend_on(topology: Topology) -> AsyncIterator[Backend]:
-    """A backend of the test's own on the topology."""
-    backend = backend_for(topology.target, timeout=10)
-    yield backend
-    await close_backend(backend)
 
 
 def _holders(topology: Topology, count: int, **spec: Any) -> tuple[Workers, list[Any]]:
