@@ -244,11 +244,14 @@ class Backend:
         """Close the connections this backend opened on the running event loop (closed
         anyway when the loop shuts down through ``asyncio.run``)."""
         loop = asyncio.get_running_loop()
-        self._closers.pop(loop, None)
         for node in self._all_nodes():
             pool = node._async_pools.pop(loop, None)
             if pool is not None:
                 await pool.close()
+        # Dropped last: once dropped, the closer's finalizer takes the pools still there
+        # and closes them in a task of its own, which a loop ending soon after would
+        # never let finish.
+        self._closers.pop(loop, None)
 
     def _all_nodes(self) -> list[Node]:
         return self._topology.known_nodes()

@@ -562,31 +562,41 @@ def _acquire_group(
     waiter = token[:16] if blocking else ""
     liveness_ms = tuning.waiter_liveness_ms
     lock_keys = tuple(
-        key for keys in group for key in (keys.lock, keys.fence, keys.waiters, keys.index)
+        key
+        for keys in group
+        for key in (keys.lock, keys.fence, keys.waiters, keys.index, keys.writers)
     )
     names = tuple(keys.name for keys in group)
     base = (token, ms(lease), owner, tuning.fence_memory_ms, liveness_ms if waiter else "")
     waited_on: LockKeys | None = None  # whose BLPOP is outstanding
     consumed_from: LockKeys | None = None  # a wake-up we consumed and did not use
+    writer_of: list[LockKeys] = []  # locks held shared whose writers we wait among
     timer_fired = False
     try:
         while True:
             sent_at = time.monotonic()
             if waited_on is not None and timer_fired:
                 call = Call(
-                    MANY_ACQUIRE, (*lock_keys, waited_on.wake(waiter)), (*base, "1", *names)
+                    MANY_ACQUIRE,
+                    (*lock_keys, waited_on.wake(waiter)),
+                    (*base, "1", waiter, *names),
                 )
                 reply, woken = yield CallEndingWait(call)
                 if woken:
                     consumed_from = waited_on
                 waited_on = None
             else:
-                reply = yield Call(MANY_ACQUIRE, (*lock_keys, group[0].lock), (*base, "", *names))
+                reply = yield Call(
+                    MANY_ACQUIRE, (*lock_keys, group[0].lock), (*base, "", waiter, *names)
+                )
             if int(reply[0]) == 1:
                 consumed_from = None
+                writer_of = []  # the script took us off every lock's writers
                 return [int(fence) for fence in reply[2:]], int(reply[1]), sent_at
             wait_ms = int(reply[1])
             busy = group[int(reply[2]) - 1]
+            if reply[3] in (b"1", "1") and busy not in writer_of:
+                writer_of.append(busy)
             remaining = math.inf if deadline is None else deadline - time.monotonic()
             if not blocking or remaining <= 0:
                 return NotAcquired(wait_ms / 1000 if wait_ms >= 0 else None)
@@ -604,15 +614,24 @@ def _acquire_group(
                 waited_on = None
                 consumed_from = busy
     finally:
-        # Leaving without the group: end the wait, and hand on a wake-up we consumed.
+        # Leaving without the group: end the wait, leave the writers we joined, and hand
+        # on a wake-up we consumed.
         try:
             if waited_on is not None:
                 keys, waited_on = waited_on, None
+                writer_id = waiter if keys in writer_of else ""
                 reply, woken = yield CallEndingWait(
-                    Call(PASS_ON, keys.all(waiter), ("", liveness_ms, "0", "1", ""))
+                    Call(PASS_ON, keys.all(waiter), ("", liveness_ms, "0", "1", writer_id))
                 )
+                if writer_id:
+                    writer_of.remove(keys)
+                    yield from _wake(keys, reply[1], liveness_ms)
                 if woken:
                     consumed_from = keys
+            while writer_of:
+                keys = writer_of.pop()
+                reply = yield Call(PASS_ON, keys.all(), ("", liveness_ms, "0", "", waiter))
+                yield from _wake(keys, reply[1], liveness_ms)
             if consumed_from is not None:
                 keys, consumed_from = consumed_from, None
                 reply = yield Call(PASS_ON, keys.all(), ("", liveness_ms, "1", "", ""))

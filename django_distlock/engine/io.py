@@ -458,17 +458,23 @@ class AsyncDriver:
 
     async def call(self, call: Call) -> Any:
         """Async twin of :meth:`SyncDriver.call`."""
+        task, requested = _cancellations()
         try:
-            return (await self._routed(call.keys[0], call))[0]
+            reply = (await self._routed(call.keys[0], call))[0]
         except BACKEND_ERRORS as exc:
             raise failure(self.name, exc) from exc
+        _keep_cancellation(task, requested)
+        return reply
 
     async def execute(self, key: str, *command: Any) -> Any:
         """Async twin of :meth:`SyncDriver.execute`."""
+        task, requested = _cancellations()
         try:
-            return (await self._routed(key, command))[0]
+            reply = (await self._routed(key, command))[0]
         except BACKEND_ERRORS as exc:
             raise failure(self.name, exc) from exc
+        _keep_cancellation(task, requested)
+        return reply
 
     async def _routed(self, key: str, request: Call | tuple[Any, ...]) -> tuple[Any, Node]:
         topology = await self.backend.atopology()
@@ -537,6 +543,7 @@ class AsyncDriver:
     async def call_many(self, calls: list[Call], within: float) -> list[Any]:
         """Async twin of :meth:`SyncDriver.call_many`."""
         results: list[Any] = [None] * len(calls)
+        task, requested = _cancellations()
         try:
             async with asyncio.timeout(max(within, 0.001)):
                 topology = await self.backend.atopology()
@@ -553,14 +560,18 @@ class AsyncDriver:
                         )
         except (*BACKEND_ERRORS, TimeoutError) as exc:
             raise unavailable(self.name, exc) from exc
+        _keep_cancellation(task, requested)
         return results
 
     async def pipeline(self, node: Node, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         """Async twin of :meth:`SyncDriver.pipeline`."""
+        task, requested = _cancellations()
         try:
-            return await self._pipelined(node, commands)
+            replies = await self._pipelined(node, commands)
         except BACKEND_ERRORS as exc:
             raise failure(self.name, exc) from exc
+        _keep_cancellation(task, requested)
+        return replies
 
     async def _scripts_on(self, node: Node, calls: list[Call]) -> list[Any]:
         replies = await self._pipelined(node, [_eval_args(c, by_sha=True) for c in calls])
@@ -604,6 +615,7 @@ class AsyncDriver:
         result: Any = None
         error: BaseException | None = None
         cancelled = False
+        task, requested = _cancellations()
         try:
             while True:
                 try:
@@ -618,6 +630,7 @@ class AsyncDriver:
                         result, _ = await completed(self._do(op))
                     else:
                         result = await self._do(op)
+                        _keep_cancellation(task, requested)
                 except BaseException as exc:  # noqa: BLE001 - handed to the steps
                     cancelled = cancelled or isinstance(exc, asyncio.CancelledError)
                     error = exc
@@ -775,6 +788,25 @@ async def _ascript_on(connection: Any, call: Call, asking: bool) -> Any:
             return reply
         return Replicated(reply, int(await connection.read_response()))
     raise ResponseError("script could not be loaded")  # pragma: no cover
+
+
+def _cancellations() -> tuple[asyncio.Task[Any] | None, int]:
+    """The running task and how many cancellations of it are pending now."""
+    task = asyncio.current_task()
+    return task, 0 if task is None else task.cancelling()
+
+
+def _keep_cancellation(task: asyncio.Task[Any] | None, requested: int) -> None:
+    """Raise ``CancelledError`` if ``task`` was cancelled since it had ``requested``
+    cancellations pending, although nothing raised it: the client library lost it.
+
+    On Python 3.11 ``asyncio.wait_for`` returns the result when the cancellation arrives
+    as the awaited operation finishes, and redis-py awaits every write that way when the
+    connection has a socket timeout. The task would go on as if never cancelled, with a
+    lock it was cancelled while taking.
+    """
+    if task is not None and task.cancelling() > requested:
+        raise asyncio.CancelledError
 
 
 async def completed(awaitable: Awaitable[T]) -> tuple[T, bool]:

@@ -19,6 +19,13 @@ from tests.support.engine import (
     closed_port,
     sync_client,
 )
+from tests.support.kind_workers import (
+    Topology,
+    backend_for,
+    cluster_target,
+    sentinel_target,
+    single_target,
+)
 from tests.support.redis_servers import RedisServer
 
 BackendFactory = Callable[..., Backend]
@@ -87,3 +94,28 @@ def dead_backend(make_backend: BackendFactory) -> Backend:
 def api(request: pytest.FixtureRequest) -> Api:
     """The sync or the async face of the lock."""
     return request.param
+
+
+@pytest.fixture(params=["single", "cluster"])
+def topology(request: pytest.FixtureRequest) -> Topology:
+    """The shared single server or the shared cluster, flushed, for worker processes
+    (``tests/support/kind_workers.py``); ``"sentinel"`` by indirect parametrization."""
+    if request.param == "single":
+        server = request.getfixturevalue("redis_server")
+        client = request.getfixturevalue("redis_client")  # flushed
+        return Topology("single", single_target(server.url), client)
+    if request.param == "sentinel":
+        setup = request.getfixturevalue("sentinel_setup")
+        setup.flushall()
+        return Topology("sentinel", sentinel_target(setup.sentinels, "mymaster"), setup.client())
+    cluster = request.getfixturevalue("cluster_setup")
+    cluster.flushall()
+    return Topology("cluster", cluster_target(cluster.urls), cluster.client())
+
+
+@pytest.fixture
+async def backend_on(topology: Topology) -> AsyncIterator[Backend]:
+    """A backend of the test's own on ``topology`` (sync and async)."""
+    backend = backend_for(topology.target, timeout=10)
+    yield backend
+    await close_backend(backend)

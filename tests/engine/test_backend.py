@@ -140,6 +140,38 @@ async def test_async_client_may_be_given_as_an_instance(redis_server, redis_clie
 # -- the prefix -------------------------------------------------------------------------
 
 
+async def test_aclose_closes_the_connections_to_every_cluster_node(cluster_setup, monkeypatch):
+    """Closing a cluster backend closes its connections of the running loop on every node:
+    not only the first node's (dropping the loop's closer first let its finalizer take
+    the other nodes' pools, and a loop ending soon after never finished closing them)."""
+    connect = redis.asyncio.connection.AbstractConnection.connect
+    opened: list[redis.asyncio.connection.AbstractConnection] = []
+
+    async def recorded_connect(self, *args, **kwargs):
+        opened.append(self)
+        return await connect(self, *args, **kwargs)
+
+    monkeypatch.setattr(redis.asyncio.connection.AbstractConnection, "connect", recorded_connect)
+    backend = Backend(cluster=cluster_setup.urls)
+    # The slot map is read from the first seed node (one connection); the locks live on
+    # another node, four at once (four connections there).
+    elsewhere = cluster_setup.nodes[1]
+    names = [
+        name
+        for name in (f"spread:{number}" for number in range(1000))
+        if cluster_setup.node_for_key(LockKeys.for_name("distlock:", name).lock) is elsewhere
+    ][:4]
+    locks = [Lock(name, backend=backend) for name in names]
+    assert all(await asyncio.gather(*(lock.aacquire() for lock in locks)))
+    for lock in locks:
+        await lock.arelease()
+    assert sorted({connection.port for connection in opened}) == sorted(
+        {cluster_setup.nodes[0].port, elsewhere.port}
+    )
+    await backend.aclose()
+    assert [connection for connection in opened if connection.is_connected] == []
+
+
 async def test_every_key_a_lock_writes_is_under_the_prefix(make_backend, redis_client):
     """Holders, fair and unfair waiters, extends and releases leave keys under the
     prefix only."""

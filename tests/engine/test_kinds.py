@@ -199,6 +199,48 @@ async def test_a_writer_that_gives_up_lets_shared_holders_in_again(api, backend)
     await api.release(reader)
 
 
+async def test_a_waiting_group_goes_before_new_shared_holders(api, backend):
+    """A group's holds are exclusive: waiting for a name held shared, it goes before new
+    shared holders as a waiting writer does (readers that are never all out at once
+    would starve it otherwise)."""
+    reader = Lock("catalog", backend=backend, shared=True, timeout=30)
+    assert await api.acquire(reader)
+    group = LockGroup(["catalog", "catalog:search"], backend=backend, timeout=30)
+    got_it = threading.Event()
+
+    def rebuild() -> None:
+        assert group.acquire(blocking_timeout=20)
+        got_it.set()
+        time.sleep(0.2)
+        group.release()
+
+    thread = threading.Thread(target=rebuild)
+    thread.start()
+    try:
+        wait_until(lambda: backend.client.exists(keys_of("catalog").writers), timeout=5)
+        latecomer = Lock("catalog", backend=backend, shared=True, timeout=30)
+        assert await api.acquire(latecomer, blocking=False) is False  # the group is first
+    finally:
+        await api.release(reader)
+        thread.join(10)
+    assert got_it.is_set()
+    assert backend.client.exists(keys_of("catalog").writers) == 0
+    assert await api.acquire(latecomer, blocking_timeout=10)
+    await api.release(latecomer)
+
+
+async def test_a_group_that_gives_up_lets_shared_holders_in_again(api, backend):
+    reader = Lock("catalog", backend=backend, shared=True, timeout=30)
+    assert await api.acquire(reader)
+    group = LockGroup(["catalog", "catalog:search"], backend=backend, timeout=30)
+    assert await api.acquire(group, blocking_timeout=0.3) is False
+    assert backend.client.exists(keys_of("catalog").writers) == 0
+    other = Lock("catalog", backend=backend, shared=True, timeout=30)
+    assert await api.acquire(other, blocking=False)
+    await api.release(other)
+    await api.release(reader)
+
+
 async def test_shared_waiters_all_get_in_when_the_writer_leaves(api, backend):
     writer = Lock("catalog", backend=backend, timeout=30)
     assert await api.acquire(writer)

@@ -4,10 +4,12 @@ nobody-who-knows, other waiters are not left stuck, cancelled tasks stay cancell
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 
 import pytest
+from redis.asyncio.connection import AbstractConnection
 
 from django_distlock.engine import Lock
 from tests.support.engine import await_until, blocked_clients, keys_of, lock_key, stored_lock
@@ -144,3 +146,43 @@ async def test_cancelling_a_waiter_as_it_is_woken_does_not_strand_the_next(
         await asyncio.wait_for(second_task, 5)
         assert time.monotonic() - released_at < 0.5
         assert redis_client.exists(lock_key("handoff")) == 0
+
+
+@pytest.mark.parametrize("operation", ["aacquire", "aextend"])
+async def test_a_cancellation_the_redis_client_swallows_still_cancels(
+    backend, redis_client, monkeypatch, operation
+):
+    """On Python 3.11 ``asyncio.wait_for`` returns the result when the task is cancelled
+    just as the awaited operation finishes, and the cancellation is lost; redis-py's
+    ``send_packed_command`` awaits each write that way when the connection has a socket
+    timeout. A task cancelled there must still end cancelled, without the lock."""
+    lock = Lock("swallowed", backend=backend, timeout=30)
+    assert await lock.aacquire()  # connections open, scripts loaded
+    if operation == "aacquire":
+        await lock.arelease()
+    send = AbstractConnection.send_packed_command
+    victims: list[asyncio.Task] = []
+
+    async def send_and_lose_a_cancellation(self, *args, **kwargs):
+        await send(self, *args, **kwargs)
+        if asyncio.current_task() in victims:
+            victims.clear()
+            asyncio.current_task().cancel()
+            # Lost, as asyncio.wait_for loses it when the write finished meanwhile.
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(0)
+
+    monkeypatch.setattr(AbstractConnection, "send_packed_command", send_and_lose_a_cancellation)
+    if operation == "aacquire":
+        task = asyncio.create_task(lock.aacquire())
+    else:
+        task = asyncio.create_task(lock.aextend(10))
+    victims.append(task)
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert task.cancelled()
+    monkeypatch.undo()
+    if operation == "aacquire":
+        assert redis_client.exists(lock_key("swallowed")) == 0
+    else:
+        await lock.arelease()

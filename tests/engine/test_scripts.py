@@ -193,7 +193,7 @@ def test_every_key_a_script_touches_is_declared():
         for command, first in pattern.findall(script.source):
             if command not in keyless:
                 assert re.fullmatch(
-                    r"KEYS\[(\d+|4 \* i( - \d)?|#KEYS|i|i \+ 1)\]", first.strip()
+                    r"KEYS\[(\d+|[45] \* i( - \d)?|#KEYS|i|i \+ 1)\]", first.strip()
                 ), (
                     script.name,
                     command,

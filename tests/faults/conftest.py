@@ -7,7 +7,9 @@ from __future__ import annotations
 from tests.engine.conftest import (  # noqa: F401 - fixtures shared with the engine tests
     api,
     backend,
+    backend_on,
     dead_backend,
     make_backend,
     recorder,
+    topology,
 )
