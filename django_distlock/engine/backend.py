@@ -35,18 +35,15 @@ logger = logging.getLogger("django_distlock")
 class Event:
     """Something that happened to a lock, as told to a backend's observer.
 
-    ``kind`` is one of ``acquired released extended contended lost not_replicated``
-    (the events a holder or an operator would want told), or, for metrics, ``error`` (an
-    acquire raised), ``release_failed`` (a release could not reach Redis), ``renewed``
-    and ``renew_failed`` (a watchdog renewal and its failure). ``waited`` and ``held``
-    are seconds (``None`` where they do not apply); ``at`` is epoch seconds.
-    ``template`` is the name template the lock's name was filled from (``""`` when the
-    name was given as is). ``cause`` is a short code saying why: ``busy`` or ``timeout``
-    for ``contended``; ``gone``, ``expired`` or ``abandoned`` for ``lost`` (see
-    :func:`~.renewal.lost_cause`); ``error`` or ``gone`` for ``renew_failed``; the
-    exception's class name for ``error`` and ``release_failed``.
-    ``mode`` is the kind of hold: ``"exclusive"``, ``"shared"`` or ``"limited"``
-    (``limit``: how many holds the limited lock admits, ``None`` for the other kinds).
+    ``kind``: ``acquired released extended contended lost not_replicated`` (what a
+    holder or an operator is told), or, for metrics, ``error`` (an acquire raised),
+    ``release_failed``, ``renewed`` and ``renew_failed``. ``waited``/``held`` are
+    seconds (``None`` where they do not apply), ``at`` epoch seconds. ``template``: the
+    name template the name was filled from (``""`` for a name given as is). ``cause``:
+    ``busy``/``timeout`` for ``contended``; ``gone``/``expired``/``abandoned`` for
+    ``lost`` (:func:`~.renewal.lost_cause`); ``error``/``gone`` for ``renew_failed``;
+    the exception's class name for ``error`` and ``release_failed``. ``mode``:
+    ``"exclusive"``, ``"shared"`` or ``"limited"`` (``limit``: N, else ``None``).
     Taking a re-entrant lock again, and releasing it but the last time, are no events.
     """
 
