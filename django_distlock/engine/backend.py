@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import threading
 import time
@@ -21,7 +20,7 @@ import redis.connection
 from . import process
 from .exceptions import LockError
 from .keys import validate_prefix, validate_replicas, validate_seconds
-from .pools import connection_settings
+from .pools import async_connection_kwargs, connection_settings
 from .topology import Cluster, ConnectionSource, Node, SingleServer, Topology
 from .tuning import Tuning
 
@@ -228,7 +227,11 @@ class Backend:
         """Close the connections this backend opened on the running event loop (closed
         anyway when the loop shuts down through ``asyncio.run``)."""
         loop = asyncio.get_running_loop()
-        self._closers.pop(loop, None)
+        closer = self._closers.pop(loop, None)
+        if closer is not None:
+            # Finish it here: dropped unfinished, it would close the pools in a task of
+            # its own, racing this loop's shutdown (which cancels it mid-close).
+            await closer.aclose()
         for node in self._all_nodes():
             pool = node._async_pools.pop(loop, None)
             if pool is not None:
@@ -337,7 +340,10 @@ def _url_source(url: str) -> ConnectionSource:
     kwargs = {k: v for k, v in options.items() if k not in _NOT_CONNECTION_KWARGS}
     return ConnectionSource(
         (redis.connection.SSLConnection if tls else redis.connection.Connection, kwargs),
-        (redis.asyncio.SSLConnection if tls else redis.asyncio.Connection, _async_kwargs(kwargs)),
+        (
+            redis.asyncio.SSLConnection if tls else redis.asyncio.Connection,
+            async_connection_kwargs(kwargs),
+        ),
     )
 
 
@@ -358,15 +364,11 @@ def _cluster_source(client: redis.cluster.RedisCluster) -> ConnectionSource:
     tls = issubclass(sync_class, redis.connection.SSLConnection)
     return ConnectionSource(
         (sync_class, kwargs),
-        (redis.asyncio.SSLConnection if tls else redis.asyncio.Connection, _async_kwargs(kwargs)),
+        (
+            redis.asyncio.SSLConnection if tls else redis.asyncio.Connection,
+            async_connection_kwargs(kwargs),
+        ),
     )
-
-
-def _async_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Sync connection settings made fit for ``redis.asyncio`` connections: only the
-    arguments they take, without the sync ``retry`` policy (the engine retries itself)."""
-    accepted = inspect.signature(redis.asyncio.SSLConnection).parameters
-    return {k: v for k, v in kwargs.items() if k in accepted and k != "retry"}
 
 
 _backends: weakref.WeakSet[Backend] = weakref.WeakSet()
