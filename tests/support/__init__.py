@@ -7,7 +7,8 @@ on one process harness (:mod:`.servers`, :mod:`.redis_servers`,
 (:mod:`.proxy`) and a runner for functions in forked children (:mod:`.forking`).
 
 For the tests only: helpers to drive and inspect the engine (:mod:`.engine`, with the
-worker processes of :mod:`.workers`), the check that no test leaves a lock held by
+worker processes of :mod:`.workers`), the topologies a behaviour test runs on and its
+clients of them (:mod:`.probe`), the check that no test leaves a lock held by
 nobody (:mod:`.hygiene`), guarded views (:mod:`.view_urls`), the runner of the docs'
 examples (:mod:`.docs_examples`), the browser fixtures (:mod:`.browser`) and two Django
 apps the tests install (``commands_app``, ``fencing_app``).
