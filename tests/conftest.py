@@ -4,6 +4,22 @@ test packages share (proxies, forked children, events off, locks held for a test
 Redis URL). Fixtures of one package live in its own ``conftest.py``; plain helpers in
 ``tests/support/``.
 
+Topologies: a behaviour test (how locks behave, whatever the servers are) runs on the
+shared single server, the session Sentinel setup and the session Cluster, through the
+``topology`` fixture that ``backend``, ``make_backend`` and ``redis_client`` use
+(:mod:`tests.support.probe`). ``tests/engine/conftest.py`` and ``tests/test_heldlocks.py``
+import ``every_topology`` as their ``topology`` (parametrised over ``single``,
+``sentinel``, ``cluster``); elsewhere ``topology`` below is the single server, unless a
+test parametrises it (``@pytest.mark.parametrize("topology", TOPOLOGIES,
+indirect=True)``). A test about one server stays single-server: it asks for
+``redis_server``/``private_redis`` without the topology fixtures, or carries
+``@single_server_only`` when it uses them. That is a test that kills, pauses or restarts
+a server, counts one server's commands, forks with one port, or tests a redis-py client,
+pool or setting of one server. ``@one_primary_only`` keeps a test off the cluster (the
+key layout before buckets could not run there). Worker processes get the topology as
+``Topology.target()``; Django code gets it as ``DISTLOCK`` keys
+(``Topology.distlock_settings()``).
+
 The session server is started in ``pytest_configure``. pytest-django imports
 ``tests.settings`` earlier than that (while loading initial conftests), so the
 server URL reaches this process through ``override_settings`` and reaches
@@ -21,12 +37,14 @@ import pytest
 import redis
 from django.conf import settings
 from django.test.utils import override_settings
+from redis.cluster import RedisCluster
 
 from tests.settings import REDIS_URL_ENV_VAR
 from tests.support.events import events_mode
 from tests.support.forking import ForkedChild, fork_child
 from tests.support.hygiene import release_abandoned_holds
 from tests.support.postgres_servers import django_db_modify_db_settings, postgres_server  # noqa: F401
+from tests.support.probe import SINGLE, Topology, topology_of
 from tests.support.proxy import TcpProxy
 from tests.support.redis_servers import RedisServer
 from tests.support.servers import install_termination_cleanup
@@ -76,10 +94,19 @@ def redis_server(pytestconfig: pytest.Config) -> RedisServer:
 
 
 @pytest.fixture
-def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
-    """A client for the shared server, which is flushed before the test."""
-    client = redis_server.client()
-    client.flushall()
+def topology(request: pytest.FixtureRequest) -> Topology:
+    """Where the test's locks live: the shared server, or the topology named by an
+    indirect parametrisation. ``tests/engine/`` and ``tests/test_heldlocks.py`` replace
+    this fixture with ``every_topology`` (one run per topology)."""
+    return topology_of(request, getattr(request, "param", SINGLE))
+
+
+@pytest.fixture
+def redis_client(topology: Topology) -> Iterator[redis.Redis | RedisCluster]:
+    """A client for the test's topology (the shared server unless parametrised: see
+    ``topology``), every primary flushed before the test."""
+    topology.flushall()
+    client = topology.probe()
     yield client
     client.close()
 

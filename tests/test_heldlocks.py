@@ -1,4 +1,8 @@
-"""``HeldLock.objects``: live locks read from Redis, and force release."""
+"""``HeldLock.objects``: live locks read from Redis, and force release.
+
+Every test runs on each topology (single server, Sentinel, Cluster: ``DISTLOCK`` says
+which, see ``locks_on``) unless it is about one server.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +12,12 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import redis
 from django.core.exceptions import FieldError
+from django.test import override_settings
 
 from django_distlock import LockLost, distlock
 from django_distlock.connections import get_backend
@@ -24,6 +29,7 @@ from django_distlock.models import HeldLock
 from django_distlock.signals import lock_force_released
 from tests.support.engine import keys_of, lock_key, stored_lock
 from tests.support.events import events_mode
+from tests.support.probe import Topology, every_topology, single_server_only  # noqa: F401
 
 PREFIX = "distlock:"
 
@@ -33,7 +39,18 @@ def index_of(name: str) -> str:
     return keys_of(name).index
 
 
-pytestmark = pytest.mark.usefixtures("events_off")
+@pytest.fixture(autouse=True)
+def locks_on(topology: Topology) -> Iterator[Callable[..., override_settings]]:
+    """Locks on the test's topology, no events; ``locks_on(**options)`` overrides
+    ``DISTLOCK`` with more options on the same topology."""
+
+    def distlock_setting(**options: object) -> override_settings:
+        return override_settings(
+            DISTLOCK={"EVENTS": "off", **topology.distlock_settings(), **options}
+        )
+
+    with distlock_setting():
+        yield distlock_setting
 
 
 def _names(queryset: object) -> list[str]:
@@ -117,9 +134,9 @@ def test_odd_names_are_listed_and_matched_literally(redis_client, hold):
     ]
 
 
-def test_only_locks_under_the_configured_prefix_are_visible(redis_client, hold):
+def test_only_locks_under_the_configured_prefix_are_visible(redis_client, hold, locks_on):
     hold.enter_context(distlock("mine"))
-    with events_mode("off", KEY_PREFIX="other-app:"):
+    with locks_on(KEY_PREFIX="other-app:"):
         hold.enter_context(distlock("theirs"))
     # A key that looks like a lock but lies outside the prefix, in another index.
     value = 'tok\n1\n1700000000000000\n30000\n{"host":"h","pid":1}'
@@ -131,7 +148,7 @@ def test_only_locks_under_the_configured_prefix_are_visible(redis_client, hold):
     assert HeldLock.objects.count() == 1
     with pytest.raises(HeldLock.DoesNotExist):
         HeldLock.objects.get(name="theirs")
-    with events_mode("off", KEY_PREFIX="other-app:"):
+    with locks_on(KEY_PREFIX="other-app:"):
         assert _names(HeldLock.objects.all()) == ["theirs"]
     assert redis_client.exists("cache:{decoy}", "distlockX:{decoy}") == 2
 
@@ -225,9 +242,9 @@ def test_descending_orders_are_exact_reverses_even_with_ties(redis_client, hold)
 
 
 @pytest.mark.parametrize("options", ["decode_responses=True", "protocol=3"])
-def test_clients_that_decode_or_speak_resp3(redis_server, redis_client, options):
+def test_clients_that_decode_or_speak_resp3(topology, redis_client, locks_on, options):
     with (
-        events_mode("off", URL=f"{redis_server.url}?{options}"),
+        locks_on(**topology.distlock_settings(options)),
         distlock("b🔒"),
         distlock("a", timeout=5),
         distlock("c") as c,
@@ -330,6 +347,7 @@ return redis.call('MSET', unpack(pairs))
 """
 
 
+@single_server_only  # a private server: commands are counted on it
 def test_ten_thousand_locks_among_a_million_keys(private_redis):
     server = private_redis
     client = server.client()
@@ -474,11 +492,11 @@ def test_force_release_leaves_a_lock_that_changed_hands(redis_client, hold, forc
 
 
 @pytest.mark.django_db
-def test_force_release_records_who_did_it(redis_client, django_user_model):
+def test_force_release_records_who_did_it(redis_client, django_user_model, locks_on):
     from django_distlock.models import LockEvent
 
     operator = django_user_model.objects.create_user("operator")
-    with events_mode("off", EVENTS="sync"):
+    with locks_on(EVENTS="sync"):
         lock = distlock("job", raise_on_lost=False)
         lock.acquire()
         HeldLock.objects.get(name="job").release(force=True, by=operator)

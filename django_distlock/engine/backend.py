@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import threading
 import time
@@ -22,7 +21,7 @@ from . import process
 from .core import EXCLUSIVE
 from .exceptions import LockError
 from .keys import validate_prefix, validate_replicas, validate_seconds
-from .pools import connection_settings
+from .pools import async_connection_kwargs, connection_settings
 from .topology import Cluster, ConnectionSource, Node, SingleServer, Topology
 from .tuning import Tuning
 
@@ -353,7 +352,10 @@ def _url_source(url: str) -> ConnectionSource:
     kwargs = {k: v for k, v in options.items() if k not in _NOT_CONNECTION_KWARGS}
     return ConnectionSource(
         (redis.connection.SSLConnection if tls else redis.connection.Connection, kwargs),
-        (redis.asyncio.SSLConnection if tls else redis.asyncio.Connection, _async_kwargs(kwargs)),
+        (
+            redis.asyncio.SSLConnection if tls else redis.asyncio.Connection,
+            async_connection_kwargs(kwargs),
+        ),
     )
 
 
@@ -374,15 +376,11 @@ def _cluster_source(client: redis.cluster.RedisCluster) -> ConnectionSource:
     tls = issubclass(sync_class, redis.connection.SSLConnection)
     return ConnectionSource(
         (sync_class, kwargs),
-        (redis.asyncio.SSLConnection if tls else redis.asyncio.Connection, _async_kwargs(kwargs)),
+        (
+            redis.asyncio.SSLConnection if tls else redis.asyncio.Connection,
+            async_connection_kwargs(kwargs),
+        ),
     )
-
-
-def _async_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """Sync connection settings made fit for ``redis.asyncio`` connections: only the
-    arguments they take, without the sync ``retry`` policy (the engine retries itself)."""
-    accepted = inspect.signature(redis.asyncio.SSLConnection).parameters
-    return {k: v for k, v in kwargs.items() if k in accepted and k != "retry"}
 
 
 _backends: weakref.WeakSet[Backend] = weakref.WeakSet()

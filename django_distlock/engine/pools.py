@@ -12,12 +12,20 @@ of waiters it shrinks back instead of keeping one connection per past waiter.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import threading
 from typing import Any
 
+import redis.asyncio
 from redis.exceptions import RedisError
 
-__all__ = ["AsyncConnectionPool", "ConnectionPool", "connection_settings"]
+__all__ = [
+    "AsyncConnectionPool",
+    "ConnectionPool",
+    "async_connection_kwargs",
+    "connection_settings",
+]
 
 MAX_IDLE = 8
 
@@ -28,6 +36,43 @@ def connection_settings(pool: Any) -> tuple[type[Any], dict[str, Any]]:
     kwargs = dict(pool.connection_kwargs)
     kwargs.pop("maint_notifications_pool_handler", None)
     return pool.connection_class, kwargs
+
+
+def async_connection_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Sync connection settings made fit for ``redis.asyncio`` connections: the arguments
+    they take (credentials, db, timeouts, TLS, ...), without the objects that belong to
+    sync connections (the engine retries itself)."""
+    return {
+        k: v
+        for k, v in kwargs.items()
+        if k in _async_connection_arguments() and k not in _SYNC_ONLY_ARGUMENTS
+    }
+
+
+_SYNC_ONLY_ARGUMENTS = frozenset(
+    {
+        "retry",
+        "parser_class",
+        "event_dispatcher",
+        "redis_connect_func",  # a sync RedisCluster's on_connect
+        "maint_notifications_pool_handler",
+        "oss_cluster_maint_notifications_handler",
+    }
+)
+
+
+@functools.cache
+def _async_connection_arguments() -> frozenset[str]:
+    # Each class of the hierarchy names its own arguments and passes the rest on as
+    # **kwargs: SSLConnection's signature alone holds nothing but the ssl_* ones.
+    return frozenset(
+        name
+        for cls in redis.asyncio.SSLConnection.__mro__
+        if "__init__" in vars(cls)
+        for name, parameter in inspect.signature(vars(cls)["__init__"]).parameters.items()
+        if name != "self"
+        and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
+    )
 
 
 class ConnectionPool:

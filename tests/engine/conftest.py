@@ -1,4 +1,9 @@
-"""Fixtures for the engine tests: backends on the suite's real servers, closed cleanly."""
+"""Fixtures for the engine tests: backends on the suite's real servers, closed cleanly.
+
+Every test here that uses ``topology`` (through ``backend``, ``make_backend`` or
+``redis_client``) runs on each topology, ``single``, ``sentinel`` and ``cluster``
+(``tests/conftest.py`` says which tests stay on one server, and how).
+"""
 
 from __future__ import annotations
 
@@ -9,61 +14,41 @@ import pytest
 import redis
 
 from django_distlock.engine import Backend
-from tests.support.engine import (
-    Api,
-    AsyncApi,
-    Recorder,
-    SyncApi,
-    async_client,
-    close_backend,
-    closed_port,
-    sync_client,
-)
+from tests.support.engine import Api, AsyncApi, Recorder, SyncApi, close_backend, closed_port
+from tests.support.kind_workers import Topology as KindTopology
 from tests.support.kind_workers import (
-    Topology,
     backend_for,
     cluster_target,
     sentinel_target,
     single_target,
 )
+from tests.support.probe import BackendMaker, Topology, every_topology  # noqa: F401
 from tests.support.redis_servers import RedisServer
 
 BackendFactory = Callable[..., Backend]
 
 
 @pytest.fixture
-async def make_backend(redis_server: RedisServer) -> AsyncIterator[BackendFactory]:
-    """``make_backend(server=None, *, port=None, client_kwargs=None, **backend_options)``:
-    a Backend with a sync and an async client on ``server`` (default: the shared one)."""
-    made: list[Backend] = []
+async def make_backend(topology: Topology) -> AsyncIterator[BackendFactory]:
+    """``make_backend(server=None, *, port=None, client_kwargs=None,
+    async_client_kwargs=None, **backend_options)``: a Backend with a sync and an async
+    client on ``server`` or ``port`` (default: the test's topology)."""
+    maker = BackendMaker()
 
     def make(
-        server: RedisServer | None = None,
-        *,
-        port: int | None = None,
-        client_kwargs: dict[str, Any] | None = None,
-        async_client_kwargs: dict[str, Any] | None = None,
-        **options: Any,
+        server: RedisServer | None = None, *, port: int | None = None, **options: Any
     ) -> Backend:
-        target = port if port is not None else (server or redis_server).port
-        kwargs = dict(client_kwargs or {})
-        akwargs = dict(kwargs if async_client_kwargs is None else async_client_kwargs)
-        backend = Backend(
-            sync_client(target, **kwargs),
-            async_client=lambda: async_client(target, **akwargs),
-            **options,
-        )
-        made.append(backend)
-        return backend
+        if port is None and server is not None:
+            port = server.port
+        return maker(topology if port is None else port, **options)
 
     yield make
-    for backend in made:
-        await close_backend(backend)
+    await maker.aclose()
 
 
 @pytest.fixture
 def backend(make_backend: BackendFactory, redis_client: redis.Redis) -> Backend:
-    """A backend on the shared server, flushed before the test."""
+    """A backend on the test's topology, flushed before the test."""
     return make_backend()
 
 
@@ -76,18 +61,18 @@ def recorder() -> Recorder:
 def observed_backend(
     make_backend: BackendFactory, redis_client: redis.Redis, recorder: Recorder
 ) -> Backend:
-    """A backend on the shared server whose events go to ``recorder``."""
+    """A backend on the test's topology whose events go to ``recorder``."""
     return make_backend(observer=recorder)
 
 
 @pytest.fixture
-def dead_backend(make_backend: BackendFactory) -> Backend:
+async def dead_backend() -> AsyncIterator[Backend]:
     """A backend whose clients point at a closed port: any network call fails with
     ``LockBackendUnavailable``, so a ``TypeError``/``ValueError`` from it proves the
-    input was refused before any network call."""
-    return make_backend(
-        port=closed_port(), client_kwargs={"socket_connect_timeout": 1, "socket_timeout": 1}
-    )
+    input was refused before any network call. (No topology: nothing answers there.)"""
+    maker = BackendMaker()
+    yield maker(closed_port(), client_kwargs={"socket_connect_timeout": 1, "socket_timeout": 1})
+    await maker.aclose()
 
 
 @pytest.fixture(params=[SyncApi(), AsyncApi()], ids=lambda api: api.name)
@@ -97,25 +82,27 @@ def api(request: pytest.FixtureRequest) -> Api:
 
 
 @pytest.fixture(params=["single", "cluster"])
-def topology(request: pytest.FixtureRequest) -> Topology:
+def kind_topology(request: pytest.FixtureRequest) -> KindTopology:
     """The shared single server or the shared cluster, flushed, for worker processes
     (``tests/support/kind_workers.py``); ``"sentinel"`` by indirect parametrization."""
     if request.param == "single":
         server = request.getfixturevalue("redis_server")
         client = request.getfixturevalue("redis_client")  # flushed
-        return Topology("single", single_target(server.url), client)
+        return KindTopology("single", single_target(server.url), client)
     if request.param == "sentinel":
         setup = request.getfixturevalue("sentinel_setup")
         setup.flushall()
-        return Topology("sentinel", sentinel_target(setup.sentinels, "mymaster"), setup.client())
+        return KindTopology(
+            "sentinel", sentinel_target(setup.sentinels, "mymaster"), setup.client()
+        )
     cluster = request.getfixturevalue("cluster_setup")
     cluster.flushall()
-    return Topology("cluster", cluster_target(cluster.urls), cluster.client())
+    return KindTopology("cluster", cluster_target(cluster.urls), cluster.client())
 
 
 @pytest.fixture
-async def backend_on(topology: Topology) -> AsyncIterator[Backend]:
-    """A backend of the test's own on ``topology`` (sync and async)."""
-    backend = backend_for(topology.target, timeout=10)
+async def backend_on(kind_topology: KindTopology) -> AsyncIterator[Backend]:
+    """A backend of the test's own on ``kind_topology`` (sync and async)."""
+    backend = backend_for(kind_topology.target, timeout=10)
     yield backend
     await close_backend(backend)

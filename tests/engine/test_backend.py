@@ -25,9 +25,12 @@ from tests.support.engine import (
     async_client,
     await_until,
     blocked_clients,
+    keys_matching,
     lock_key,
     sync_client,
+    wait_until,
 )
+from tests.support.probe import Topology, single_server_only
 
 # -- configuration ----------------------------------------------------------------------
 
@@ -85,6 +88,7 @@ async def test_sync_use_without_a_sync_client_raises_lock_error(redis_server):
     await lock.arelease()
 
 
+@single_server_only
 async def test_async_use_without_an_async_client_raises_lock_error(redis_server, redis_client):
     backend = Backend(sync_client(redis_server.port))
     lock = Lock("x", backend=backend)
@@ -95,6 +99,7 @@ async def test_async_use_without_an_async_client_raises_lock_error(redis_server,
     backend.client.close()
 
 
+@single_server_only
 async def test_async_client_factory_gives_the_settings_of_every_loops_connections(
     redis_server, redis_client
 ):
@@ -125,6 +130,7 @@ async def test_async_client_factory_gives_the_settings_of_every_loops_connection
     assert made == [asyncio.get_running_loop()]
 
 
+@single_server_only
 async def test_async_client_may_be_given_as_an_instance(redis_server, redis_client):
     client = async_client(redis_server.port)
     try:
@@ -135,6 +141,61 @@ async def test_async_client_may_be_given_as_an_instance(redis_server, redis_clie
         assert await client.exists(lock_key("instance")) == 0
     finally:
         await client.aclose()
+
+
+def connections_named(topology: Topology, client_name: str) -> list[int]:
+    """How many connections called ``client_name`` each primary has open."""
+    counts = []
+    for primary in topology.primaries():
+        with primary.client() as client:
+            counts.append(sum(1 for c in client.client_list() if c["name"] == client_name))
+    return counts
+
+
+def test_cluster_seed_url_settings_reach_async_connections_too():
+    url = "redis://app:secret@127.0.0.1:7000/0?socket_timeout=2&client_name=app"
+    source = Backend(cluster=[url]).topology_now().source
+    settings = {
+        "username": "app",
+        "password": "secret",
+        "db": 0,
+        "socket_timeout": 2.0,
+        "client_name": "app",
+    }
+    assert source.sync_settings() == (redis.connection.Connection, settings)
+    assert source.async_settings() == (redis.asyncio.Connection, settings)
+
+
+async def test_async_connections_carry_the_settings_of_the_client(
+    topology, make_backend, redis_client
+):
+    """The engine's own async connections are opened with the client's settings
+    (credentials, db, timeouts, name), also on a cluster (regression: there they got
+    none of them)."""
+    backend = make_backend(client_kwargs={"client_name": "settings-probe"})
+    backend.client.close()  # from here on, only the engine's connections carry the name
+    for number in range(30):  # on a cluster, locks on every primary
+        async with Lock(f"spread:{number}", backend=backend):
+            pass
+    assert all(connections_named(topology, "settings-probe"))
+
+
+async def test_aclose_closes_the_async_connections_to_every_node(
+    topology, make_backend, redis_client
+):
+    """When ``aclose()`` returns, the running loop's connections are closed on every node
+    (regression: on a cluster, some were left to a task of their own that the loop's
+    shutdown cancelled, and leaked)."""
+    backend = make_backend(client_kwargs={"client_name": "aclose-probe"})
+    backend.client.close()  # from here on, only the engine's connections carry the name
+    holder = Lock("busy", backend=backend, timeout=10)
+    await holder.aacquire()
+    assert not await Lock("busy", backend=backend).aacquire(blocking_timeout=0.1)
+    await holder.arelease()
+    assert any(connections_named(topology, "aclose-probe"))
+    await backend.aclose()
+    # Polled without yielding to the event loop: nothing else may close them meanwhile.
+    wait_until(lambda: not any(connections_named(topology, "aclose-probe")), timeout=2)
 
 
 # -- the prefix -------------------------------------------------------------------------
@@ -179,7 +240,7 @@ async def test_every_key_a_lock_writes_is_under_the_prefix(make_backend, redis_c
     seen: set[bytes] = set()
 
     def snapshot():
-        seen.update(redis_client.keys("*"))
+        seen.update(keys_matching(redis_client))
 
     for fair in (False, True):
         holder = Lock("job", backend=backend, fair=fair)

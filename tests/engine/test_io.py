@@ -22,6 +22,7 @@ from tests.support.engine import (
     sync_client,
     thread_future,
 )
+from tests.support.probe import single_server_only
 
 # -- scripts are loaded when the server does not know them ------------------------------
 
@@ -105,6 +106,7 @@ async def test_bounded_call_is_bounded_while_connecting_to_a_stalled_server(priv
 # -- wait connections -------------------------------------------------------------------
 
 
+@single_server_only
 async def test_wait_connections_use_the_client_database(api, make_backend, redis_client):
     """Waiters block on connections of their own; they must talk to the same database
     as the client, or the wake-up pushed by a release would never reach them."""

@@ -325,12 +325,12 @@ class GroupsModel(RuleBasedStateMachine):
                 lock.release()
 
 
-def test_groups_follow_the_model(backend_on: Backend, topology: Topology) -> None:
+def test_groups_follow_the_model(backend_on: Backend, kind_topology: Topology) -> None:
     """On a cluster the names are in three buckets, taken by one script each, and a busy
     later bucket gives back the earlier ones."""
 
     def machine() -> Any:
-        return GroupsModel(backend_on, topology.client)
+        return GroupsModel(backend_on, kind_topology.client)
 
     run_state_machine_as_test(
         machine,
@@ -344,9 +344,9 @@ def test_groups_follow_the_model(backend_on: Backend, topology: Topology) -> Non
     )
 
 
-def test_kinds_follow_the_model(backend_on: Backend, topology: Topology) -> None:
+def test_kinds_follow_the_model(backend_on: Backend, kind_topology: Topology) -> None:
     def machine() -> Any:
-        return KindsModel(backend_on, topology.client)
+        return KindsModel(backend_on, kind_topology.client)
 
     run_state_machine_as_test(
         machine,

@@ -52,10 +52,10 @@ def _fences_follow_time(records: list[tuple[int, int, int]]) -> bool:
     return fences == sorted(set(fences))
 
 
-@pytest.mark.parametrize("topology", ["single", "cluster", "sentinel"], indirect=True)
-def test_a_limited_lock_never_admits_more_than_its_limit_and_uses_all_of_it(topology):
+@pytest.mark.parametrize("kind_topology", ["single", "cluster", "sentinel"], indirect=True)
+def test_a_limited_lock_never_admits_more_than_its_limit_and_uses_all_of_it(kind_topology):
     spec = {
-        "target": topology.target,
+        "target": kind_topology.target,
         "name": "export:customer-7",
         "options": {"limit": 3, "timeout": 10},
         "duration": 1.5,
@@ -70,11 +70,11 @@ def test_a_limited_lock_never_admits_more_than_its_limit_and_uses_all_of_it(topo
     assert len(set(fences)) == len(fences)  # each hold has its own fence
     assert all(len(worker) >= 5 for worker in results), [len(worker) for worker in results]
     keys = keys_of("export:customer-7")
-    assert topology.client.exists(keys.lock, keys.holders) == 0  # nothing left behind
+    assert kind_topology.client.exists(keys.lock, keys.holders) == 0  # nothing left behind
 
 
-def test_shared_holds_overlap_and_exclusive_ones_exclude_everyone_without_starving(topology):
-    common = {"target": topology.target, "name": "catalog", "duration": 2.0}
+def test_shared_holds_overlap_and_exclusive_ones_exclude_everyone_without_starving(kind_topology):
+    common = {"target": kind_topology.target, "name": "catalog", "duration": 2.0}
     readers = _jobs(
         6,
         "cycle",
@@ -107,10 +107,10 @@ def test_shared_holds_overlap_and_exclusive_ones_exclude_everyone_without_starvi
         assert all(fence > writer[3] for fence in after)
 
 
-def test_groups_in_random_orders_finish_without_deadlock_and_never_share_a_name(topology):
+def test_groups_in_random_orders_finish_without_deadlock_and_never_share_a_name(kind_topology):
     names = account_names(6)
     spec = {
-        "target": topology.target,
+        "target": kind_topology.target,
         "names": names,
         "iterations": 30,
         "max_size": 4,
@@ -130,12 +130,12 @@ def test_groups_in_random_orders_finish_without_deadlock_and_never_share_a_name(
     for name, holds in by_name.items():
         assert max_overlap([(got, leaving) for got, leaving, _fence in holds]) == 1, name
         assert _fences_follow_time(holds), name
-    assert not any(topology.client.exists(keys_of(name).lock) for name in names)
+    assert not any(kind_topology.client.exists(keys_of(name).lock) for name in names)
 
 
-async def test_reentrant_levels_are_counted_under_random_cancellation(topology):
+async def test_reentrant_levels_are_counted_under_random_cancellation(kind_topology):
     recorder = Recorder()
-    backend = backend_for(topology.target, observer=recorder, timeout=10)
+    backend = backend_for(kind_topology.target, observer=recorder, timeout=10)
     pool = [Lock("account:1", backend=backend, reentrant=True) for _ in range(3)]
     rng = random.Random(12)
     owner: dict[str, Any] = {"task": None}
@@ -201,7 +201,7 @@ async def test_reentrant_levels_are_counted_under_random_cancellation(topology):
         assert recorder.of("lost") == []
         # Re-entries are not events: one "acquired" and one "released" per outermost block.
         assert len(recorder.of("acquired")) == len(recorder.of("released")) > 20
-        assert topology.client.exists(keys_of("account:1").lock) == 0
+        assert kind_topology.client.exists(keys_of("account:1").lock) == 0
         plain = Lock("account:1", backend=backend)
         assert await plain.aacquire(blocking=False)
         await plain.arelease()

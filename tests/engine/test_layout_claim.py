@@ -5,7 +5,8 @@ The first acquire of a backend claims the server for the bucket layout
 (``core.claim_layout_steps``): refused while the earlier layout's index lists a live lock,
 after which a marker string replaces that index and the earlier version's scripts fail
 with WRONGTYPE instead of taking a lock. The earlier version's side runs its own scripts,
-frozen in ``tests.support.legacy_layout``.
+frozen in ``tests.support.legacy_layout``. It runs on the single server and on Sentinel:
+the earlier layout could not run on a cluster (its index was in another slot).
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from django_distlock.engine.keys import legacy_index_key
 from tests.engine.conftest import BackendFactory
 from tests.support.engine import Api
 from tests.support.legacy_layout import legacy_acquire, legacy_keys, legacy_release
+from tests.support.probe import one_primary_only
 from tests.support.topologies import ClusterSetup
 
 PREFIX = "distlock:"
 NAME = "invoice:42"
 
 
+@one_primary_only
 async def test_a_lock_held_by_the_earlier_layout_is_not_taken_again(
     api: Api, backend: Backend, redis_client: redis.Redis
 ) -> None:
@@ -47,6 +50,7 @@ async def test_a_lock_held_by_the_earlier_layout_is_not_taken_again(
     assert sorted(redis_client.keys(f"{PREFIX}{{*")) == [lock_key.encode(), fence_key.encode()]
 
 
+@one_primary_only
 async def test_once_the_earlier_layout_holds_nothing_the_server_is_claimed(
     api: Api, backend: Backend, redis_client: redis.Redis
 ) -> None:
@@ -64,6 +68,7 @@ async def test_once_the_earlier_layout_holds_nothing_the_server_is_claimed(
         await api.release(lock)
 
 
+@one_primary_only
 async def test_expired_entries_of_the_earlier_layout_do_not_block_the_claim(
     api: Api, backend: Backend, redis_client: redis.Redis
 ) -> None:
@@ -76,6 +81,7 @@ async def test_expired_entries_of_the_earlier_layout_do_not_block_the_claim(
     assert redis_client.get(legacy_index_key(PREFIX)) == LAYOUT_MARKER.encode()
 
 
+@one_primary_only
 async def test_the_claim_is_one_round_trip_per_backend(
     api: Api, make_backend: BackendFactory, redis_client: redis.Redis
 ) -> None:
@@ -96,6 +102,7 @@ async def test_the_claim_is_one_round_trip_per_backend(
         await api.acquire(Lock(NAME, backend=make_backend(), auto_renew=False), blocking=False)
 
 
+@one_primary_only
 async def test_a_key_of_another_type_at_the_old_index_is_a_backend_error(
     api: Api, backend: Backend, redis_client: redis.Redis
 ) -> None:

@@ -32,6 +32,7 @@ from tests.support.engine import (
     PREFIX,
     blocked_clients,
     in_other_thread,
+    keys_matching,
     keys_of,
     lock_key,
     server_time_us,
@@ -539,7 +540,7 @@ def test_decorator_locks_each_call_under_its_formatted_name(backend, redis_clien
     assert build_report(day=3, kind="short") == "3/short"
     assert seen == [True, True, True]
     assert build_report.__name__ == "build_report"
-    assert redis_client.keys(f"{PREFIX}{{report*}}") == []
+    assert keys_matching(redis_client, f"{PREFIX}{{report*}}") == []
 
 
 def test_decorated_call_fails_when_its_lock_is_busy(backend):
@@ -584,7 +585,7 @@ async def test_decorator_on_a_coroutine_function(backend, redis_client):
     assert await build_report(1) == 1
     results = await asyncio.gather(build_report(2), build_report(3))
     assert results == [1, 1]
-    assert redis_client.keys(f"{PREFIX}{{async-report*}}") == []
+    assert keys_matching(redis_client, f"{PREFIX}{{async-report*}}") == []
 
 
 async def test_concurrent_decorated_calls_with_the_same_arguments_are_serialized(backend):

@@ -18,9 +18,9 @@ ITERATIONS = 250
 
 
 @pytest.mark.parametrize("fair", [False, True], ids=["unfair", "fair"])
-def test_processes_exclude_each_other(redis_server, redis_client, fair):
+def test_processes_exclude_each_other(topology, redis_client, fair):
     workers = [
-        start_worker("count", str(redis_server.port), "counter", str(ITERATIONS), str(int(fair)))
+        start_worker("count", topology.target(), "counter", str(ITERATIONS), str(int(fair)))
         for _ in range(PROCESSES)
     ]
     try:

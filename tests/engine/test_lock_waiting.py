@@ -32,6 +32,7 @@ from tests.support.engine import (
     thread_future,
     wait_until,
 )
+from tests.support.probe import single_server_only
 
 # Servers time out blocked clients on their 100 ms tick; a handoff must beat that by far.
 PROMPT = 0.05
@@ -61,6 +62,7 @@ def waiter(api: Api, lock: Lock, **kwargs: Any) -> Awaitable[tuple[bool, float, 
     return asyncio.create_task(arun())
 
 
+@single_server_only
 async def test_a_waiter_is_woken_by_the_release_and_does_not_poll(api, make_backend, private_redis):
     # A server of its own: the script count below must not include other tests' work.
     backend = make_backend(private_redis)
@@ -86,6 +88,7 @@ async def test_a_waiter_is_woken_by_the_release_and_does_not_poll(api, make_back
     assert max(latencies) < 0.5, latencies
 
 
+@single_server_only
 async def test_a_waiter_gets_the_lock_right_after_the_lease_ends(api, make_backend, private_redis):
     # A server of its own: the script count below must not include other tests' work.
     backend = make_backend(private_redis)
@@ -113,9 +116,9 @@ async def test_a_waiter_gets_the_lock_right_after_the_lease_ends(api, make_backe
 
 
 async def test_a_waiter_takes_over_promptly_from_a_crashed_process(
-    api, backend, redis_server, redis_client
+    api, backend, topology, redis_client
 ):
-    worker = start_worker("hold", str(redis_server.port), "crash", "1.0")
+    worker = start_worker("hold", topology.target(), "crash", "1.0")
     try:
         line = await asyncio.to_thread(worker.stdout.readline)
         assert line.startswith("acquired"), stop_worker(worker)
@@ -201,10 +204,9 @@ async def test_fair_waiter_gets_a_lock_freed_by_expiry(api, backend):
     assert at - deadline_of(holder) < PROMPT
 
 
-def test_fair_lock_serves_looping_contenders_round_robin(redis_server, redis_client):
+def test_fair_lock_serves_looping_contenders_round_robin(backend):
     # A holder that releases and re-acquires at once queues behind the waiters already
     # there (regression: the queue was invisible to acquire, so fair locks barged).
-    backend = Backend(redis_server.client())
     counts: collections.Counter[int] = collections.Counter()
     order: list[int] = []
     stop = time.monotonic() + 1.5
@@ -233,6 +235,7 @@ def test_fair_lock_serves_looping_contenders_round_robin(redis_server, redis_cli
 # -- many waiters -----------------------------------------------------------------------
 
 
+@single_server_only
 async def test_hundreds_of_tasks_wait_at_once_on_a_small_connection_pool(
     redis_server, redis_client
 ):
@@ -271,6 +274,7 @@ async def test_hundreds_of_tasks_wait_at_once_on_a_small_connection_pool(
         await pool.aclose()
 
 
+@single_server_only
 def test_hundreds_of_threads_wait_at_once_on_a_small_connection_pool(redis_server, redis_client):
     client = redis.Redis(
         connection_pool=redis.BlockingConnectionPool(

@@ -9,7 +9,7 @@ from tests.engine.conftest import (  # noqa: F401 - fixtures shared with the eng
     backend,
     backend_on,
     dead_backend,
+    kind_topology,
     make_backend,
     recorder,
-    topology,
 )

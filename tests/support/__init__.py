@@ -8,7 +8,8 @@ on one process harness (:mod:`.servers`, :mod:`.redis_servers`,
 
 For the tests only: helpers to drive and inspect the engine (:mod:`.engine`, with the
 worker processes of :mod:`.workers`, and those of :mod:`.kind_workers` for the lock
-kinds, which ``bench/kinds.py`` uses too), the check that no test leaves a lock held by
+kinds, which ``bench/kinds.py`` uses too), the topologies a behaviour test runs on and its
+clients of them (:mod:`.probe`), the check that no test leaves a lock held by
 nobody (:mod:`.hygiene`), guarded views (:mod:`.view_urls`), the runner of the docs'
 examples (:mod:`.docs_examples`), the browser fixtures (:mod:`.browser`), reading metrics
 and the worker processes of the multiprocess metrics test (:mod:`.metrics`,

@@ -21,6 +21,7 @@ import redis
 import redis.asyncio
 import redis.asyncio.retry
 from redis.backoff import NoBackoff
+from redis.cluster import RedisCluster
 from redis.retry import Retry
 
 from django_distlock.engine import Backend, Event, Lock, LockKeys
@@ -58,20 +59,36 @@ def keys_of(name: str, prefix: str = PREFIX) -> LockKeys:
     return LockKeys.for_name(prefix, name)
 
 
-def script_calls(client: redis.Redis) -> int:
-    """Scripts run by the server so far (``EVALSHA`` + ``EVAL``), from ``INFO commandstats``."""
-    stats = client.info("commandstats")
-    return sum(stats.get(f"cmdstat_{cmd}", {}).get("calls", 0) for cmd in ("evalsha", "eval"))
+def primaries_of(client: redis.Redis | RedisCluster) -> list[redis.Redis]:
+    """A client per primary: the client itself, or one per primary of a cluster."""
+    if isinstance(client, RedisCluster):
+        return [client.get_redis_connection(node) for node in client.get_primaries()]
+    return [client]
 
 
-def server_time_us(client: redis.Redis) -> int:
-    seconds, micros = client.time()
+def keys_matching(client: redis.Redis | RedisCluster, pattern: str = "*") -> list[bytes]:
+    """``KEYS pattern`` on every primary, sorted (a cluster client asks one node only)."""
+    return sorted(key for primary in primaries_of(client) for key in primary.keys(pattern))
+
+
+def script_calls(client: redis.Redis | RedisCluster) -> int:
+    """Scripts run so far (``EVALSHA`` + ``EVAL``, from ``INFO commandstats``), on every
+    primary."""
+    return sum(
+        stats.get(f"cmdstat_{cmd}", {}).get("calls", 0)
+        for stats in (primary.info("commandstats") for primary in primaries_of(client))
+        for cmd in ("evalsha", "eval")
+    )
+
+
+def server_time_us(client: redis.Redis | RedisCluster) -> int:
+    seconds, micros = primaries_of(client)[0].time()
     return seconds * 1_000_000 + micros
 
 
-def blocked_clients(client: redis.Redis) -> int:
-    """Clients blocked in a ``BLPOP`` right now."""
-    return int(client.info("clients")["blocked_clients"])
+def blocked_clients(client: redis.Redis | RedisCluster) -> int:
+    """Clients blocked in a ``BLPOP`` right now (on every primary)."""
+    return sum(int(primary.info("clients")["blocked_clients"]) for primary in primaries_of(client))
 
 
 def wait_until(predicate: Callable[[], object], timeout: float = 10.0) -> None:

@@ -1,12 +1,16 @@
 """Subprocess entry points for the multi-process engine tests.
 
-``python -m tests.support.workers hold PORT NAME LEASE`` takes the lock (auto-renewed),
+TARGET is a topology as :meth:`tests.support.probe.Topology.target` spells it
+(``single:PORT``, ``sentinel:HOST:PORT,.../SERVICE`` or ``cluster:URL,...``).
+
+``python -m tests.support.workers hold TARGET NAME LEASE`` takes the lock (auto-renewed),
 prints ``acquired FENCE`` and sleeps until killed.
 
-``python -m tests.support.workers count PORT NAME ITERATIONS FAIR`` prints ``ready``,
+``python -m tests.support.workers count TARGET NAME ITERATIONS FAIR`` prints ``ready``,
 waits for an item on the ``start`` list, then ITERATIONS times, under the lock, reads
 the ``counter`` key, appends its fence to the ``fences`` list and writes counter + 1
 (a read-modify-write that loses increments unless the lock excludes everybody else).
+On a cluster those three keys may live on other primaries than the lock's.
 """
 
 from __future__ import annotations
@@ -14,28 +18,20 @@ from __future__ import annotations
 import sys
 import time
 
-import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
-
-from django_distlock.engine import Backend, Lock
+from django_distlock.engine import Lock
+from tests.support.probe import backend_for_target, probe_for_target
 
 
-def _backend(port: str) -> Backend:
-    client = redis.Redis(host="127.0.0.1", port=int(port), retry=Retry(NoBackoff(), 0))
-    return Backend(client)
-
-
-def hold(port: str, name: str, lease: str) -> None:
-    lock = Lock(name, backend=_backend(port), timeout=float(lease), auto_renew=True)
+def hold(target: str, name: str, lease: str) -> None:
+    lock = Lock(name, backend=backend_for_target(target), timeout=float(lease), auto_renew=True)
     lock.acquire()
     print(f"acquired {lock.fence}", flush=True)
     time.sleep(3600)
 
 
-def count(port: str, name: str, iterations: str, fair: str) -> None:
-    backend = _backend(port)
-    client = backend.client
+def count(target: str, name: str, iterations: str, fair: str) -> None:
+    backend = backend_for_target(target)
+    client = probe_for_target(target)
     lock = Lock(name, backend=backend, timeout=10, fair=fair == "1")
     print("ready", flush=True)
     client.blpop(["start"], timeout=60)
