@@ -163,7 +163,7 @@ async def test_shared_holds_coexist_and_exclude_an_exclusive_one(api, backend):
     await api.release(writer)
 
 
-async def test_a_waiting_writer_goes_before_new_shared_holders(api, backend):
+async def test_a_waiting_writer_goes_before_new_shared_holders(api, backend, redis_client):
     reader = Lock("catalog", backend=backend, shared=True, timeout=30)
     assert await api.acquire(reader)
     writer = Lock("catalog", backend=backend, timeout=30)
@@ -177,7 +177,7 @@ async def test_a_waiting_writer_goes_before_new_shared_holders(api, backend):
 
     thread = threading.Thread(target=write)
     thread.start()
-    wait_until(lambda: backend.client.exists(keys_of("catalog").writers), timeout=5)
+    wait_until(lambda: redis_client.exists(keys_of("catalog").writers), timeout=5)
     latecomer = Lock("catalog", backend=backend, shared=True, timeout=30)
     assert await api.acquire(latecomer, blocking=False) is False  # the writer is first
     await api.release(reader)
@@ -187,19 +187,19 @@ async def test_a_waiting_writer_goes_before_new_shared_holders(api, backend):
     await api.release(latecomer)
 
 
-async def test_a_writer_that_gives_up_lets_shared_holders_in_again(api, backend):
+async def test_a_writer_that_gives_up_lets_shared_holders_in_again(api, backend, redis_client):
     reader = Lock("catalog", backend=backend, shared=True, timeout=30)
     assert await api.acquire(reader)
     writer = Lock("catalog", backend=backend, timeout=30)
     assert await api.acquire(writer, blocking_timeout=0.3) is False
-    assert backend.client.exists(keys_of("catalog").writers) == 0
+    assert redis_client.exists(keys_of("catalog").writers) == 0
     other = Lock("catalog", backend=backend, shared=True, timeout=30)
     assert await api.acquire(other, blocking=False)
     await api.release(other)
     await api.release(reader)
 
 
-async def test_a_waiting_group_goes_before_new_shared_holders(api, backend):
+async def test_a_waiting_group_goes_before_new_shared_holders(api, backend, redis_client):
     """A group's holds are exclusive: waiting for a name held shared, it goes before new
     shared holders as a waiting writer does (readers that are never all out at once
     would starve it otherwise)."""
@@ -217,24 +217,24 @@ async def test_a_waiting_group_goes_before_new_shared_holders(api, backend):
     thread = threading.Thread(target=rebuild)
     thread.start()
     try:
-        wait_until(lambda: backend.client.exists(keys_of("catalog").writers), timeout=5)
+        wait_until(lambda: redis_client.exists(keys_of("catalog").writers), timeout=5)
         latecomer = Lock("catalog", backend=backend, shared=True, timeout=30)
         assert await api.acquire(latecomer, blocking=False) is False  # the group is first
     finally:
         await api.release(reader)
         thread.join(10)
     assert got_it.is_set()
-    assert backend.client.exists(keys_of("catalog").writers) == 0
+    assert redis_client.exists(keys_of("catalog").writers) == 0
     assert await api.acquire(latecomer, blocking_timeout=10)
     await api.release(latecomer)
 
 
-async def test_a_group_that_gives_up_lets_shared_holders_in_again(api, backend):
+async def test_a_group_that_gives_up_lets_shared_holders_in_again(api, backend, redis_client):
     reader = Lock("catalog", backend=backend, shared=True, timeout=30)
     assert await api.acquire(reader)
     group = LockGroup(["catalog", "catalog:search"], backend=backend, timeout=30)
     assert await api.acquire(group, blocking_timeout=0.3) is False
-    assert backend.client.exists(keys_of("catalog").writers) == 0
+    assert redis_client.exists(keys_of("catalog").writers) == 0
     other = Lock("catalog", backend=backend, shared=True, timeout=30)
     assert await api.acquire(other, blocking=False)
     await api.release(other)
