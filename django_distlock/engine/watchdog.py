@@ -268,22 +268,52 @@ class ThreadWatchdog:
                     lane.submit(holds)
 
 
+class _Renewal:
+    """A hold's place among the holds renewed at one time (``cancel`` on release)."""
+
+    __slots__ = ("batch", "hold")
+
+    def __init__(self, batch: dict[Hold, None], hold: Hold) -> None:
+        self.batch = batch
+        self.hold = hold
+
+    def cancel(self) -> None:
+        self.batch.pop(self.hold, None)
+
+
 class LoopWatchdog:
     """Renews the auto-renew holds of async code with timers on one event loop; every
-    renewal is a task of its own, bounded by its attempt deadline."""
+    renewal is a task of its own, bounded by its attempt deadline.
+
+    Watching a hold is on every acquire's path, so it arms no timer of its own: renewal
+    times are rounded up to a small grid (as the thread watchdog's are) and the holds due
+    at one time share one timer; a release only takes its hold out of that batch.
+    """
 
     def __init__(self) -> None:
         # No reference to the loop itself: this object is the value of a dict weakly
         # keyed by the loop, and must not keep it alive.
         self._tasks: set[asyncio.Task[None]] = set()
+        self._due: dict[float, dict[Hold, None]] = {}
 
     def watch(self, hold: Hold) -> None:
         """Start renewing ``hold`` until it is released."""
         self._schedule(hold, first_renewal(hold))
 
     def _schedule(self, hold: Hold, due: float) -> None:
-        delay = max(0.0, due - time.monotonic())
-        hold.timer = asyncio.get_running_loop().call_later(delay, self._spawn, hold)
+        grid = min(0.05, hold.lease / 30)
+        at = math.ceil(due / grid) * grid
+        batch = self._due.get(at)
+        if batch is None:
+            batch = self._due[at] = {}
+            delay = max(0.0, at - time.monotonic())
+            asyncio.get_running_loop().call_later(delay, self._spawn_due, at)
+        batch[hold] = None
+        hold.timer = _Renewal(batch, hold)
+
+    def _spawn_due(self, at: float) -> None:
+        for hold in self._due.pop(at, {}):
+            self._spawn(hold)
 
     def _spawn(self, hold: Hold) -> None:
         if settled(hold) or hold.generation != process.generation():
