@@ -15,7 +15,6 @@ decided once, in :func:`.topology.redirect_of`.
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -509,7 +508,7 @@ class AsyncDriver:
                     raise
                 node, asking = redirect.node, redirect.asking
                 if redirect.delay:
-                    await self._finished(functools.partial(asyncio.sleep, redirect.delay))
+                    await self._finished(asyncio.sleep, redirect.delay)
                 attempt += 1
             except _NotConnected as failed:
                 self.backend.node_failed(node)
@@ -538,13 +537,14 @@ class AsyncDriver:
             if isinstance(request, Call):
                 reply = await self._script_on(connection, request, asking, pool)
             else:
-                await self._send(connection, [("ASKING",), request] if asking else [request])
+                commands = [("ASKING",), request] if asking else [request]
+                await self._send(connection, commands, pool)
                 if asking:
                     await self._reply(connection, pool)
                 reply = await self._reply(connection, pool)
         except ResponseError:
             pool.end(connection)
-            await self._finished(functools.partial(pool.put, connection))
+            await self._finished(pool.put, connection)
             raise
         except BaseException as exc:
             expired = pool.expired(connection)
@@ -554,7 +554,7 @@ class AsyncDriver:
                 raise pool.timed_out() from exc
             raise
         pool.end(connection)
-        await self._finished(functools.partial(pool.put, connection))
+        await self._finished(pool.put, connection)
         return reply
 
     async def _script_on(
@@ -562,7 +562,7 @@ class AsyncDriver:
     ) -> Any:
         """Async twin of :func:`_script_on`."""
         for by_sha in (True, False):
-            await self._send(connection, _commands(call, by_sha=by_sha, asking=asking))
+            await self._send(connection, _commands(call, by_sha=by_sha, asking=asking), pool)
             if asking:
                 await self._reply(connection, pool)
             try:
@@ -576,11 +576,14 @@ class AsyncDriver:
             return Replicated(reply, int(await self._reply(connection, pool)))
         raise ResponseError("script could not be loaded")  # pragma: no cover
 
-    async def _send(self, connection: Any, commands: list[tuple[Any, ...]]) -> None:
+    async def _send(
+        self, connection: Any, commands: list[tuple[Any, ...]], pool: AsyncConnectionPool
+    ) -> None:
         """Write ``commands`` in one request. A cancelled write sent nothing (redis-py closes
-        the connection; writing again reconnects), so a finishing driver writes again."""
+        the connection; writing again reconnects), so a finishing driver writes again
+        (unless the request outlived the pool's timeout)."""
         data = b"".join(map(pack, commands))
-        await self._finished(functools.partial(connection.send_packed_command, data))
+        await self._finished(connection.send_packed_command, data, expired=(pool, connection))
 
     async def _reply(self, connection: Any, pool: AsyncConnectionPool) -> Any:
         """The next reply on ``connection``. Read with ``disconnect_on_error=False``: the
@@ -593,10 +596,18 @@ class AsyncDriver:
                 if not self.finishing or pool.expired(connection):
                     raise
 
-    def _finished(self, start: Callable[[], Awaitable[T]]) -> Awaitable[T]:
-        """``start()``; for a finishing driver, started again when the task is cancelled
-        meanwhile (given only what can start over: nothing was sent yet)."""
-        return _started_over(start) if self.finishing else start()
+    def _finished(
+        self,
+        start: Callable[..., Awaitable[T]],
+        *args: Any,
+        expired: tuple[AsyncConnectionPool, Any] | None = None,
+    ) -> Awaitable[T]:
+        """``start(*args)``; for a finishing driver, started again when the task is
+        cancelled meanwhile (given only what can start over: nothing was sent yet), unless
+        that cancellation is the timeout of the request on ``expired``'s connection."""
+        if not self.finishing:
+            return start(*args)
+        return _started_over(start, args, expired)
 
     # -- pipelines ----------------------------------------------------------------------
 
@@ -832,12 +843,17 @@ def _script_on(connection: Any, call: Call, asking: bool) -> Any:
     raise ResponseError("script could not be loaded")  # pragma: no cover
 
 
-async def _started_over(start: Callable[[], Awaitable[T]]) -> T:
+async def _started_over(
+    start: Callable[..., Awaitable[T]],
+    args: tuple[Any, ...],
+    expired: tuple[AsyncConnectionPool, Any] | None,
+) -> T:
     while True:
         try:
-            return await start()
+            return await start(*args)
         except asyncio.CancelledError:
-            pass
+            if expired is not None and expired[0].expired(expired[1]):
+                raise
 
 
 async def completed(awaitable: Awaitable[T]) -> tuple[T, bool]:
