@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import weakref
 from typing import Any
 
 from redis.exceptions import RedisError
@@ -135,9 +136,11 @@ class AsyncConnectionPool:
         }
         self.max_idle = max_idle
         self._idle: list[Any] = []
-        # Requests in flight (by connection): deadline, task, its cancellations then.
-        self._in_flight: dict[Any, tuple[float, asyncio.Task[Any], int]] = {}
-        self._expired: dict[Any, tuple[asyncio.Task[Any], int]] = {}
+        # Requests in flight (by connection): deadline, task, its cancellations then. Tasks
+        # are weakly referenced: this pool is the value of a dict weakly keyed by their
+        # loop, and a task left pending when its loop closed must not keep the loop alive.
+        self._in_flight: dict[Any, tuple[float, weakref.ref[asyncio.Task[Any]], int]] = {}
+        self._expired: dict[Any, tuple[weakref.ref[asyncio.Task[Any]], int]] = {}
         self._sweeping = False
         # A request fails between `timeout` and `timeout + _sweep_every` after it began.
         self._sweep_every = min(SWEEP_EVERY, max((self.timeout or 0.0) / 4, 0.001))
@@ -158,7 +161,8 @@ class AsyncConnectionPool:
         task = asyncio.current_task()
         if task is None:  # pragma: no cover - drivers run in tasks
             return
-        self._in_flight[connection] = (time.monotonic() + self.timeout, task, task.cancelling())
+        deadline = time.monotonic() + self.timeout
+        self._in_flight[connection] = (deadline, weakref.ref(task), task.cancelling())
         if not self._sweeping:
             self._sweeping = True
             asyncio.get_running_loop().call_later(self._sweep_every, self._sweep)
@@ -177,8 +181,8 @@ class AsyncConnectionPool:
         expired = self._expired.pop(connection, None)
         if expired is None:
             return False
-        task, cancels = expired
-        return task.uncancel() <= cancels
+        task, cancels = expired[0](), expired[1]
+        return task is not None and task.uncancel() <= cancels
 
     def _sweep(self) -> None:
         in_flight = self._in_flight
@@ -186,10 +190,13 @@ class AsyncConnectionPool:
             self._sweeping = False
             return
         now = time.monotonic()
-        for connection, (deadline, task, cancels) in list(in_flight.items()):
-            if deadline <= now:
+        for connection, (deadline, task_ref, cancels) in list(in_flight.items()):
+            task = task_ref()
+            if task is None or task.done():
                 del in_flight[connection]
-                self._expired[connection] = (task, cancels)
+            elif deadline <= now:
+                del in_flight[connection]
+                self._expired[connection] = (task_ref, cancels)
                 task.cancel()
         asyncio.get_running_loop().call_later(self._sweep_every, self._sweep)
 

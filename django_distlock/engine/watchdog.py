@@ -268,12 +268,20 @@ class ThreadWatchdog:
                     lane.submit(holds)
 
 
+class _Batch(dict[Hold, None]):
+    """Holds renewed at one time (an ordered set). Only its timer keeps it: a hold never
+    released must not keep its event loop alive through the watchdog, the value of a
+    dict weakly keyed by that loop."""
+
+    __slots__ = ("__weakref__",)
+
+
 class _Renewal:
     """A hold's place among the holds renewed at one time (``cancel`` on release)."""
 
     __slots__ = ("batch", "hold")
 
-    def __init__(self, batch: dict[Hold, None], hold: Hold) -> None:
+    def __init__(self, batch: _Batch, hold: Hold) -> None:
         self.batch = batch
         self.hold = hold
 
@@ -294,7 +302,7 @@ class LoopWatchdog:
         # No reference to the loop itself: this object is the value of a dict weakly
         # keyed by the loop, and must not keep it alive.
         self._tasks: set[asyncio.Task[None]] = set()
-        self._due: dict[float, dict[Hold, None]] = {}
+        self._due: weakref.WeakValueDictionary[float, _Batch] = weakref.WeakValueDictionary()
 
     def watch(self, hold: Hold) -> None:
         """Start renewing ``hold`` until it is released."""
@@ -305,14 +313,18 @@ class LoopWatchdog:
         at = math.ceil(due / grid) * grid
         batch = self._due.get(at)
         if batch is None:
-            batch = self._due[at] = {}
+            batch = self._due[at] = _Batch()
             delay = max(0.0, at - time.monotonic())
-            asyncio.get_running_loop().call_later(delay, self._spawn_due, at)
+            asyncio.get_running_loop().call_later(delay, self._spawn_due, at, batch)
         batch[hold] = None
         hold.timer = _Renewal(batch, hold)
 
-    def _spawn_due(self, at: float) -> None:
-        for hold in self._due.pop(at, {}):
+    def _spawn_due(self, at: float, batch: _Batch) -> None:
+        if self._due.get(at) is batch:
+            del self._due[at]
+        holds = list(batch)
+        batch.clear()
+        for hold in holds:
             self._spawn(hold)
 
     def _spawn(self, hold: Hold) -> None:
