@@ -87,7 +87,9 @@ def kind_topology(request: pytest.FixtureRequest) -> KindTopology:
     (``tests/support/kind_workers.py``); ``"sentinel"`` by indirect parametrization."""
     if request.param == "single":
         server = request.getfixturevalue("redis_server")
-        client = request.getfixturevalue("redis_client")  # flushed
+        client = server.client()
+        client.flushall()
+        request.addfinalizer(client.close)
         return KindTopology("single", single_target(server.url), client)
     if request.param == "sentinel":
         setup = request.getfixturevalue("sentinel_setup")
