@@ -44,7 +44,7 @@ from .core import (
 )
 from .exceptions import LockError, LockLost, LockNotAcquired, LockNotOwned, LockNotReplicated
 from .hold import Hold
-from .io import AsyncDriver, SyncDriver
+from .io import AsyncDriver, SyncDriver, completed
 from .keys import (
     LockKeys,
     validate_context,
@@ -556,27 +556,25 @@ class Lock:
         return self._arelease(running_task())
 
     async def _arelease(self, owner: Any) -> None:
-        task = running_task()
-        hold = self._owned_hold("release", owner or task)
+        hold = self._owned_hold("release", owner or running_task())
         if hold.depth > 1:
             hold.depth -= 1
             return
         hold.releasing = True
-        cancels = 0 if task is None else task.cancelling()
         try:
-            try:
-                driver = AsyncDriver(hold.backend, self.name, finishing=True)
-                released = await driver.run(self._release_steps(hold))
-            except LockError as error:
-                hold.release_failed = True
-                self._report_failure(hold, error, acquiring=False)
-                raise
-            finally:
-                hold.releasing = False
+            released, cancelled = await completed(
+                AsyncDriver(hold.backend, self.name).run(self._release_steps(hold))
+            )
+        except LockError as error:
+            hold.release_failed = True
+            self._report_failure(hold, error, acquiring=False)
+            raise
+        finally:
+            hold.releasing = False
+        try:
             self._released(hold, released)
         finally:
-            # Cancelled meanwhile (the driver finished the release anyway): stay cancelled.
-            if task is not None and task.cancelling() > cancels:
+            if cancelled:
                 raise asyncio.CancelledError
 
     @staticmethod
