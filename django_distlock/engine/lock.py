@@ -109,6 +109,24 @@ async def _arole_or_none(execute: Callable[..., Any], key: str) -> Any:
         return None
 
 
+def waiting_options(
+    blocking: Any, blocking_timeout: Any, default_blocking: bool, default_timeout: float | None
+) -> tuple[bool, float | None]:
+    """An acquire's ``blocking`` and ``blocking_timeout`` arguments, checked, with the
+    defaults of its lock (or group) filled in; a zero timeout does not wait."""
+    if blocking is None:
+        blocking = default_blocking
+    else:
+        _check_bool(blocking, "blocking")
+    if blocking_timeout is UNSET:
+        blocking_timeout = default_timeout
+    elif blocking_timeout is not None:
+        blocking_timeout = validate_seconds(blocking_timeout, "blocking_timeout", allow_zero=True)
+    if blocking_timeout == 0:
+        blocking = False
+    return blocking, blocking_timeout
+
+
 def _check_callable(value: Any, argument: str) -> Any:
     if value is not None and not callable(value):
         raise TypeError(f"{argument} must be callable or None, not {type(value).__name__}")
@@ -384,18 +402,9 @@ class Lock:
     def _begin(
         self, blocking: Any, blocking_timeout: Any, owner: Any, task: Any
     ) -> tuple[Hold, Any]:
-        if blocking is None:
-            blocking = self.blocking
-        else:
-            _check_bool(blocking, "blocking")
-        if blocking_timeout is UNSET:
-            blocking_timeout = self.blocking_timeout
-        elif blocking_timeout is not None:
-            blocking_timeout = validate_seconds(
-                blocking_timeout, "blocking_timeout", allow_zero=True
-            )
-        if blocking_timeout == 0:
-            blocking = False
+        blocking, blocking_timeout = waiting_options(
+            blocking, blocking_timeout, self.blocking, self.blocking_timeout
+        )
         current = self._find(task)
         stale: Hold | None = None
         if current is not None and current.release_failed:

@@ -25,8 +25,8 @@ from .backend import Backend
 from .core import Acquired, AcquiredMany, NotAcquired, acquire_many_steps, new_token
 from .exceptions import LockError, LockNotAcquired, LockNotOwned
 from .io import AsyncDriver, SyncDriver
-from .keys import LockKeys, validate_seconds
-from .lock import UNSET, BackendSource, Lock, _after_layout_claim, _check_bool
+from .keys import LockKeys
+from .lock import UNSET, BackendSource, Lock, _after_layout_claim, waiting_options
 from .ownership import current_task_or_thread, running_task
 from .watchdog import loop_watchdog, thread_watchdog
 
@@ -156,18 +156,9 @@ class LockGroup:
     def _begin(
         self, blocking: Any, blocking_timeout: Any, owner: Any, task: Any
     ) -> tuple[list[tuple[Lock, Any]], Any, Backend]:
-        if blocking is None:
-            blocking = self.blocking
-        else:
-            _check_bool(blocking, "blocking")
-        if blocking_timeout is UNSET:
-            blocking_timeout = self.blocking_timeout
-        elif blocking_timeout is not None:
-            blocking_timeout = validate_seconds(
-                blocking_timeout, "blocking_timeout", allow_zero=True
-            )
-        if blocking_timeout == 0:
-            blocking = False
+        blocking, blocking_timeout = waiting_options(
+            blocking, blocking_timeout, self.blocking, self.blocking_timeout
+        )
         for lock in self.locks.values():
             current = lock._find(task)
             if current is not None and not current.is_lost() and not current.release_failed:

@@ -7,7 +7,7 @@ Every test here that uses ``topology`` (through ``backend``, ``make_backend`` or
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -82,24 +82,22 @@ def api(request: pytest.FixtureRequest) -> Api:
 
 
 @pytest.fixture(params=["single", "cluster"])
-def kind_topology(request: pytest.FixtureRequest) -> KindTopology:
+def kind_topology(request: pytest.FixtureRequest) -> Iterator[KindTopology]:
     """The shared single server or the shared cluster, flushed, for worker processes
     (``tests/support/kind_workers.py``); ``"sentinel"`` by indirect parametrization."""
     if request.param == "single":
         server = request.getfixturevalue("redis_server")
-        client = server.client()
-        client.flushall()
-        request.addfinalizer(client.close)
-        return KindTopology("single", single_target(server.url), client)
-    if request.param == "sentinel":
+        with server.client() as client:
+            client.flushall()
+            yield KindTopology("single", single_target(server.url), client)
+    elif request.param == "sentinel":
         setup = request.getfixturevalue("sentinel_setup")
         setup.flushall()
-        return KindTopology(
-            "sentinel", sentinel_target(setup.sentinels, "mymaster"), setup.client()
-        )
-    cluster = request.getfixturevalue("cluster_setup")
-    cluster.flushall()
-    return KindTopology("cluster", cluster_target(cluster.urls), cluster.client())
+        yield KindTopology("sentinel", sentinel_target(setup.sentinels, "mymaster"), setup.client())
+    else:
+        cluster = request.getfixturevalue("cluster_setup")
+        cluster.flushall()
+        yield KindTopology("cluster", cluster_target(cluster.urls), cluster.client())
 
 
 @pytest.fixture
