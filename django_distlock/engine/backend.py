@@ -215,11 +215,12 @@ class Backend:
             pool = node.async_pool()
             connection = await pool.get()
             try:
-                await connection.send_command("CLUSTER", "SLOTS")
-                reply = await connection.read_response()
+                async with asyncio.timeout(pool.timeout):
+                    await connection.send_command("CLUSTER", "SLOTS")
+                    reply = await connection.read_response()
             except (redis.RedisError, OSError) as exc:
                 await pool.discard(connection)
-                errors.append(f"{node}: {exc}")
+                errors.append(f"{node}: {str(exc) or type(exc).__name__}")
                 continue
             await pool.put(connection)
             topology.load_slots(reply)

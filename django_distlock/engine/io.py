@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Generator, Sequence
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import (
@@ -33,6 +33,7 @@ from redis.exceptions import (
 
 from .core import AwaitWait, Call, CallEndingWait, Op, Replicated, StartWait
 from .exceptions import LockBackendError, LockBackendUnavailable, LockError
+from .pools import AsyncConnectionPool
 from .topology import Node, redirect_of
 
 if TYPE_CHECKING:
@@ -95,15 +96,25 @@ def failure(name: str | None, exc: BaseException) -> LockError:
     return unavailable(name, exc)
 
 
+# The length prefixes of arguments shorter than this, made once: formatting them was a
+# third of the time of packing a lock's request.
+_PREFIXES = tuple(b"$%d\r\n" % size for size in range(1024))
+
+
 def pack(command: Sequence[Any]) -> bytes:
     """``command`` as the bytes of a RESP request. The engine only sends ``str``, ``int``
     and ``bytes``, which this encodes several times faster than redis-py's general
     encoder (a lock cycle sends two commands of about twenty arguments)."""
     out = [b"*%d\r\n" % len(command)]
+    append = out.append
+    prefixes = _PREFIXES
     for arg in command:
         kind = type(arg)
         data = arg.encode() if kind is str else arg if kind is bytes else str(arg).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+        size = len(data)
+        append(prefixes[size] if size < 1024 else b"$%d\r\n" % size)
+        append(data)
+        append(b"\r\n")
     return b"".join(out)
 
 
@@ -431,7 +442,16 @@ class SyncDriver:
 
 
 class AsyncDriver:
-    """Runs steps with the backend's async connections for the running loop."""
+    """Runs steps with the backend's async connections for the running loop.
+
+    A ``finishing`` driver (a release) carries every request through to its answer even
+    if the calling task is cancelled meanwhile, in that task, without a task of its own:
+    a cancellation that interrupts reading a reply is put off and the reply read on
+    (redis-py's parsers keep what they read of a reply across a cancelled read), one that
+    interrupts anything before the request is written starts that part again. The
+    cancellation stays counted on the task (``Task.cancelling()``) for the caller to
+    raise once the steps are done.
+    """
 
     __slots__ = (
         "_read",
@@ -441,12 +461,14 @@ class AsyncDriver:
         "_wait_lost",
         "_wait_node",
         "backend",
+        "finishing",
         "name",
     )
 
-    def __init__(self, backend: Backend, name: str | None) -> None:
+    def __init__(self, backend: Backend, name: str | None, *, finishing: bool = False) -> None:
         self.backend = backend
         self.name = name
+        self.finishing = finishing
         self._wait: Any = None
         self._wait_node: Node | None = None
         self._wait_keys: tuple[str, ...] = ()
@@ -477,7 +499,7 @@ class AsyncDriver:
         return reply
 
     async def _routed(self, key: str, request: Call | tuple[Any, ...]) -> tuple[Any, Node]:
-        topology = await self.backend.atopology()
+        topology = await self._finished(self.backend.atopology)
         node = topology.node_for(key)
         asking = False
         attempt = 0
@@ -492,7 +514,7 @@ class AsyncDriver:
                     raise
                 node, asking = redirect.node, redirect.asking
                 if redirect.delay:
-                    await asyncio.sleep(redirect.delay)
+                    await self._finished(asyncio.sleep, redirect.delay)
                 attempt += 1
             except _NotConnected as failed:
                 self.backend.node_failed(node)
@@ -504,39 +526,94 @@ class AsyncDriver:
 
     async def _failed_over(self, key: str, node: Node, failed: _NotConnected) -> Node:
         """Async twin of :meth:`SyncDriver._failed_over`."""
-        topology = await self.backend.atopology()
+        topology = await self._finished(self.backend.atopology)
         moved_to = topology.node_for(key) if topology.is_cluster else node
         if moved_to is node:
             raise failed.error
         return moved_to
 
-    @staticmethod
-    async def _on(node: Node, request: Call | tuple[Any, ...], asking: bool) -> Any:
+    async def _on(self, node: Node, request: Call | tuple[Any, ...], asking: bool) -> Any:
         pool = node.async_pool()
         try:
-            connection = await pool.get()
+            connection = await self._finished(pool.get)
         except (ConnectionError, OSError) as exc:
             raise _NotConnected(exc) from exc
+        pool.begin(connection)
         try:
             if isinstance(request, Call):
-                reply = await _ascript_on(connection, request, asking)
+                reply = await self._script_on(connection, request, asking, pool)
             else:
+                commands = [("ASKING",), request] if asking else [request]
+                await self._send(connection, commands, pool)
                 if asking:
-                    await connection.send_packed_command(
-                        connection.pack_commands([("ASKING",), request])
-                    )
-                    await connection.read_response()
-                else:
-                    await connection.send_command(*request)
-                reply = await connection.read_response()
+                    await self._reply(connection, pool)
+                reply = await self._reply(connection, pool)
         except ResponseError:
-            await pool.put(connection)
+            pool.end(connection)
+            await self._finished(pool.put, connection)
             raise
-        except BaseException:
+        except BaseException as exc:
+            expired = pool.expired(connection)
+            timed_out = pool.end(connection)
             await completed(pool.discard(connection))
+            if timed_out or (expired and self.finishing):
+                raise pool.timed_out() from exc
             raise
-        await pool.put(connection)
+        pool.end(connection)
+        await self._finished(pool.put, connection)
         return reply
+
+    async def _script_on(
+        self, connection: Any, call: Call, asking: bool, pool: AsyncConnectionPool
+    ) -> Any:
+        """Async twin of :func:`_script_on`."""
+        for by_sha in (True, False):
+            await self._send(connection, _commands(call, by_sha=by_sha, asking=asking), pool)
+            if asking:
+                await self._reply(connection, pool)
+            try:
+                reply = await self._reply(connection, pool)
+            except NoScriptError:
+                if call.replicas is not None:
+                    await self._reply(connection, pool)
+                continue
+            if call.replicas is None:
+                return reply
+            return Replicated(reply, int(await self._reply(connection, pool)))
+        raise ResponseError("script could not be loaded")  # pragma: no cover
+
+    async def _send(
+        self, connection: Any, commands: list[tuple[Any, ...]], pool: AsyncConnectionPool
+    ) -> None:
+        """Write ``commands`` in one request. A cancelled write sent nothing (redis-py closes
+        the connection; writing again reconnects), so a finishing driver writes again
+        (unless the request outlived the pool's timeout)."""
+        data = b"".join(map(pack, commands))
+        await self._finished(connection.send_packed_command, data, expired=(pool, connection))
+
+    async def _reply(self, connection: Any, pool: AsyncConnectionPool) -> Any:
+        """The next reply on ``connection``. Read with ``disconnect_on_error=False``: the
+        caller closes a connection that failed, and a finishing driver reads on after a
+        cancellation (unless the request outlived the pool's timeout)."""
+        while True:
+            try:
+                return await connection.read_response(disconnect_on_error=False)
+            except asyncio.CancelledError:
+                if not self.finishing or pool.expired(connection):
+                    raise
+
+    def _finished(
+        self,
+        start: Callable[..., Awaitable[T]],
+        *args: Any,
+        expired: tuple[AsyncConnectionPool, Any] | None = None,
+    ) -> Awaitable[T]:
+        """``start(*args)``; for a finishing driver, started again when the task is
+        cancelled meanwhile (given only what can start over: nothing was sent yet), unless
+        that cancellation is the timeout of the request on ``expired``'s connection."""
+        if not self.finishing:
+            return start(*args)
+        return _started_over(start, args, expired)
 
     # -- pipelines ----------------------------------------------------------------------
 
@@ -591,16 +668,20 @@ class AsyncDriver:
         except (ConnectionError, OSError):
             self.backend.node_failed(node)
             raise
+        scope = asyncio.timeout(pool.timeout)
         try:
-            await connection.send_packed_command([b"".join(map(pack, commands))])
-            replies: list[Any] = []
-            for _ in commands:
-                try:
-                    replies.append(await connection.read_response())
-                except ResponseError as exc:
-                    replies.append(exc)
+            async with scope:
+                await connection.send_packed_command([b"".join(map(pack, commands))])
+                replies: list[Any] = []
+                for _ in commands:
+                    try:
+                        replies.append(await connection.read_response(disconnect_on_error=False))
+                    except ResponseError as exc:
+                        replies.append(exc)
         except BaseException as exc:
             await completed(pool.discard(connection))
+            if scope.expired() and isinstance(exc, TimeoutError):
+                raise pool.timed_out() from exc
             if isinstance(exc, ConnectionError | OSError):
                 self.backend.node_failed(node)
             raise
@@ -667,8 +748,10 @@ class AsyncDriver:
         server_wait = self.backend.tuning.server_wait
         blpop = ("BLPOP", *self._wait_keys, server_wait)
         if self._wait_asking:
-            await connection.send_packed_command(connection.pack_commands([("ASKING",), blpop]))
-            await connection.read_response()
+            assert self._wait_node is not None
+            async with asyncio.timeout(self._wait_node.async_pool().timeout):
+                await connection.send_packed_command(connection.pack_commands([("ASKING",), blpop]))
+                await connection.read_response()
         else:
             await connection.send_command(*blpop)
         self._read = asyncio.ensure_future(connection.read_response(timeout=server_wait + 5))
@@ -718,7 +801,9 @@ class AsyncDriver:
             await self._drop_wait()
             return reply, True
         try:
-            answer = await asyncio.wait_for(asyncio.shield(read), _reply_timeout(connection))
+            answer = await asyncio.wait_for(
+                asyncio.shield(read), node.async_pool().timeout or _END_WAIT_REPLY_TIMEOUT
+            )
         except (*BACKEND_ERRORS, TimeoutError):
             await self._drop_wait()
             return reply, True
@@ -771,23 +856,17 @@ def _script_on(connection: Any, call: Call, asking: bool) -> Any:
     raise ResponseError("script could not be loaded")  # pragma: no cover
 
 
-async def _ascript_on(connection: Any, call: Call, asking: bool) -> Any:
-    """Async twin of :func:`_script_on`."""
-    for by_sha in (True, False):
-        commands = _commands(call, by_sha=by_sha, asking=asking)
-        await connection.send_packed_command([b"".join(map(pack, commands))])
-        if asking:
-            await connection.read_response()
+async def _started_over(
+    start: Callable[..., Awaitable[T]],
+    args: tuple[Any, ...],
+    expired: tuple[AsyncConnectionPool, Any] | None,
+) -> T:
+    while True:
         try:
-            reply = await connection.read_response()
-        except NoScriptError:
-            if call.replicas is not None:
-                await connection.read_response()
-            continue
-        if call.replicas is None:
-            return reply
-        return Replicated(reply, int(await connection.read_response()))
-    raise ResponseError("script could not be loaded")  # pragma: no cover
+            return await start(*args)
+        except asyncio.CancelledError:
+            if expired is not None and expired[0].expired(expired[1]):
+                raise
 
 
 def _cancellations() -> tuple[asyncio.Task[Any] | None, int]:

@@ -44,7 +44,7 @@ from .core import (
 )
 from .exceptions import LockError, LockLost, LockNotAcquired, LockNotOwned, LockNotReplicated
 from .hold import Hold
-from .io import AsyncDriver, SyncDriver, completed
+from .io import AsyncDriver, SyncDriver
 from .keys import (
     LockKeys,
     validate_context,
@@ -565,25 +565,27 @@ class Lock:
         return self._arelease(running_task())
 
     async def _arelease(self, owner: Any) -> None:
-        hold = self._owned_hold("release", owner or running_task())
+        task = running_task()
+        hold = self._owned_hold("release", owner or task)
         if hold.depth > 1:
             hold.depth -= 1
             return
         hold.releasing = True
+        cancels = 0 if task is None else task.cancelling()
         try:
-            released, cancelled = await completed(
-                AsyncDriver(hold.backend, self.name).run(self._release_steps(hold))
-            )
-        except LockError as error:
-            hold.release_failed = True
-            self._report_failure(hold, error, acquiring=False)
-            raise
-        finally:
-            hold.releasing = False
-        try:
+            try:
+                driver = AsyncDriver(hold.backend, self.name, finishing=True)
+                released = await driver.run(self._release_steps(hold))
+            except LockError as error:
+                hold.release_failed = True
+                self._report_failure(hold, error, acquiring=False)
+                raise
+            finally:
+                hold.releasing = False
             self._released(hold, released)
         finally:
-            if cancelled:
+            # Cancelled meanwhile (the driver finished the release anyway): stay cancelled.
+            if task is not None and task.cancelling() > cancels:
                 raise asyncio.CancelledError
 
     @staticmethod

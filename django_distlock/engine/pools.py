@@ -12,13 +12,17 @@ of waiters it shrinks back instead of keeping one connection per past waiter.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import threading
+import time
+import weakref
 from typing import Any
 
 import redis.asyncio
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 __all__ = [
     "AsyncConnectionPool",
@@ -28,6 +32,9 @@ __all__ = [
 ]
 
 MAX_IDLE = 8
+SWEEP_EVERY = 0.1
+"""Seconds between two checks of the deadlines of an async pool's requests in flight
+(less for socket timeouts under 0.4 s)."""
 
 
 def connection_settings(pool: Any) -> tuple[type[Any], dict[str, Any]]:
@@ -143,15 +150,45 @@ class ConnectionPool:
 
 
 class AsyncConnectionPool:
-    """Async twin of :class:`ConnectionPool`, for one event loop."""
+    """Async twin of :class:`ConnectionPool`, for one event loop.
+
+    Its connections are made without redis-py's socket timeout: redis-py applies it to
+    every write with ``asyncio.wait_for`` (a task, a future and a timer per write before
+    Python 3.12) and to every read with a timer of its own, which on a lock's fast path
+    costs more than the rest of the client's work for the request. A driver bounds a
+    whole request, its write and its replies, by the client's ``socket_timeout``
+    (:attr:`timeout`) instead: :meth:`begin` notes the request's deadline, and one timer
+    per pool, armed while requests are in flight, cancels the task of a request past its
+    deadline (``asyncio.timeout`` would arm and cancel a timer per request). :meth:`get`
+    bounds a new connection's connect and handshake (:attr:`connect_timeout` plus
+    :attr:`timeout`).
+    """
 
     def __init__(
         self, connection_class: type[Any], kwargs: dict[str, Any], *, max_idle: int = MAX_IDLE
     ) -> None:
         self.connection_class = connection_class
-        self.kwargs = kwargs
+        self.timeout: float | None = kwargs.get("socket_timeout")
+        connect_timeout = kwargs.get("socket_connect_timeout")
+        # redis-py's own default: the socket timeout also bounds connecting.
+        self.connect_timeout: float | None = (
+            self.timeout if connect_timeout is None else connect_timeout
+        )
+        self.kwargs = {
+            **kwargs,
+            "socket_timeout": None,
+            "socket_connect_timeout": self.connect_timeout,
+        }
         self.max_idle = max_idle
         self._idle: list[Any] = []
+        # Requests in flight (by connection): deadline, task, its cancellations then. Tasks
+        # are weakly referenced: this pool is the value of a dict weakly keyed by their
+        # loop, and a task left pending when its loop closed must not keep the loop alive.
+        self._in_flight: dict[Any, tuple[float, weakref.ref[asyncio.Task[Any]], int]] = {}
+        self._expired: dict[Any, tuple[weakref.ref[asyncio.Task[Any]], int]] = {}
+        self._sweeping = False
+        # A request fails between `timeout` and `timeout + _sweep_every` after it began.
+        self._sweep_every = min(SWEEP_EVERY, max((self.timeout or 0.0) / 4, 0.001))
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} idle={len(self._idle)} {self.kwargs.get('host', '')}>"
@@ -160,6 +197,58 @@ class AsyncConnectionPool:
     def idle(self) -> int:
         """Connections ready for reuse."""
         return len(self._idle)
+
+    def begin(self, connection: Any) -> None:
+        """The running task is about to send a request on ``connection``: bound it by
+        :attr:`timeout` (call :meth:`end` once it is answered or failed)."""
+        if self.timeout is None:
+            return
+        task = asyncio.current_task()
+        if task is None:  # pragma: no cover - drivers run in tasks
+            return
+        deadline = time.monotonic() + self.timeout
+        self._in_flight[connection] = (deadline, weakref.ref(task), task.cancelling())
+        if not self._sweeping:
+            self._sweeping = True
+            asyncio.get_running_loop().call_later(self._sweep_every, self._sweep)
+
+    def expired(self, connection: Any) -> bool:
+        """True once the request on ``connection`` outlived :attr:`timeout` (its task was
+        cancelled for it)."""
+        return bool(self._expired) and connection in self._expired
+
+    def end(self, connection: Any) -> bool:
+        """The request on ``connection`` is over. True when it failed because it outlived
+        :attr:`timeout` and nothing else cancelled its task meanwhile: the cancellation
+        is taken back (``Task.uncancel``) and the caller raises :meth:`timed_out`."""
+        if self._in_flight.pop(connection, None) is not None or not self._expired:
+            return False
+        expired = self._expired.pop(connection, None)
+        if expired is None:
+            return False
+        task, cancels = expired[0](), expired[1]
+        return task is not None and task.uncancel() <= cancels
+
+    def _sweep(self) -> None:
+        in_flight = self._in_flight
+        if not in_flight:
+            self._sweeping = False
+            return
+        now = time.monotonic()
+        for connection, (deadline, task_ref, cancels) in list(in_flight.items()):
+            task = task_ref()
+            if task is None or task.done():
+                del in_flight[connection]
+            elif deadline <= now:
+                del in_flight[connection]
+                self._expired[connection] = (task_ref, cancels)
+                task.cancel()
+        asyncio.get_running_loop().call_later(self._sweep_every, self._sweep)
+
+    def timed_out(self) -> RedisTimeoutError:
+        """The error for a request that got no answer within :attr:`timeout`."""
+        where = "{}:{}".format(self.kwargs.get("host", ""), self.kwargs.get("port", ""))
+        return RedisTimeoutError(f"Timeout reading from {where} (socket_timeout={self.timeout})")
 
     async def get(self) -> Any:
         """Async twin of :meth:`ConnectionPool.get`."""
@@ -172,7 +261,15 @@ class AsyncConnectionPool:
                 pass
             await connection.disconnect()
         connection = self.connection_class(**self.kwargs)
-        await connection.connect()
+        if self.timeout is None:
+            await connection.connect()
+            return connection
+        try:
+            async with asyncio.timeout((self.connect_timeout or 0.0) + self.timeout):
+                await connection.connect()
+        except TimeoutError as exc:
+            await connection.disconnect(nowait=True)
+            raise RedisTimeoutError("Timeout connecting to server") from exc
         return connection
 
     async def put(self, connection: Any) -> None:

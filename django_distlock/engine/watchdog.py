@@ -34,7 +34,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import process
 from .exceptions import LockError
@@ -273,29 +273,49 @@ class ThreadWatchdog:
                     lane.submit(holds)
 
 
+class _Batch(dict[Hold, None]):  # holds renewed at one time, kept by their timer alone
+    __slots__ = ("__weakref__",)
+
+
+class _Renewal(NamedTuple):  # a hold's place in its batch, cancelled by its release
+    batch: _Batch
+    hold: Hold
+
+    def cancel(self) -> None:
+        self.batch.pop(self.hold, None)
+
+
 class LoopWatchdog:
-    """Renews the auto-renew holds of async code with timers on one event loop; every
-    renewal is a task of its own, bounded by its attempt deadline."""
+    """Renews the auto-renew holds of async code on one event loop: a task per renewal,
+    bounded by its attempt deadline; holds due at one time (on a grid) share one timer."""
 
     def __init__(self) -> None:
-        # No reference to the loop itself: this object is the value of a dict weakly
-        # keyed by the loop, and must not keep it alive.
+        # No reference to the loop itself, nor to holds (which have one): this object is
+        # the value of a dict weakly keyed by the loop, and must not keep it alive.
         self._tasks: set[asyncio.Task[None]] = set()
+        self._due: weakref.WeakValueDictionary[float, _Batch] = weakref.WeakValueDictionary()
 
     def watch(self, hold: Hold) -> None:
         """Start renewing ``hold`` until it is released."""
         self._schedule(hold, first_renewal(hold))
 
     def _schedule(self, hold: Hold, due: float) -> None:
-        delay = max(0.0, due - time.monotonic())
-        hold.timer = asyncio.get_running_loop().call_later(delay, self._spawn, hold)
+        grid = min(0.05, hold.lease / 30)
+        at = math.ceil(due / grid) * grid
+        if (batch := self._due.get(at)) is None:
+            batch = self._due[at] = _Batch()
+            asyncio.get_running_loop().call_later(at - time.monotonic(), self._spawn, at, batch)
+        batch[hold] = None
+        hold.timer = _Renewal(batch, hold)
 
-    def _spawn(self, hold: Hold) -> None:
-        if settled(hold) or hold.generation != process.generation():
-            return
-        task = asyncio.get_running_loop().create_task(self._renew(hold))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _spawn(self, at: float, batch: _Batch) -> None:
+        self._due.pop(at, None)
+        for hold in list(batch):
+            if settled(hold) or hold.generation != process.generation():
+                continue
+            task = asyncio.get_running_loop().create_task(self._renew(hold))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
     async def _renew(self, hold: Hold) -> None:
         sent_at = time.monotonic()

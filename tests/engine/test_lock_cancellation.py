@@ -69,6 +69,34 @@ async def test_a_cancelled_release_still_releases(backend, redis_client):
     assert await Lock("cancel", backend=backend).aacquire(blocking=False)
 
 
+async def test_a_release_cancelled_while_its_answer_is_on_the_way_reads_it_on(
+    backend, redis_client
+):
+    """The release is not sent again on a new connection: the answer is read on the
+    connection it was sent on, which goes back to the pool."""
+    lock = Lock("cancel", backend=backend, auto_renew=False)
+    await lock.aacquire()
+    await lock.arelease()  # the pool now holds the connection a release uses
+    await lock.aacquire()
+    connections = redis_client.info("stats")["total_connections_received"]
+    releases = _calls(redis_client, "evalsha")
+    task = asyncio.create_task(lock.arelease())
+    await asyncio.sleep(0)  # sent; waiting for the answer
+    assert task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert task.cancelled()
+    assert redis_client.exists(lock_key("cancel")) == 0
+    assert lock.held is False
+    assert redis_client.info("stats")["total_connections_received"] == connections
+    assert _calls(redis_client, "evalsha") == releases + 1
+    assert backend.topology_now().node_for(lock_key("cancel")).async_pool().idle >= 1
+
+
+def _calls(redis_client, command: str) -> int:
+    return int(redis_client.info("commandstats").get(f"cmdstat_{command}", {}).get("calls", 0))
+
+
 async def test_a_cancelled_async_with_exit_still_releases(backend, redis_client):
     lock = Lock("cancel", backend=backend)
     entered = asyncio.Event()

@@ -355,3 +355,26 @@ def test_a_closed_event_loop_that_used_locks_can_be_collected(
     gc.collect()
     assert loop_ref() is None
     assert redis_client.exists(lock_key("loops")) == 0
+
+
+def test_a_closed_event_loop_is_not_kept_alive_by_a_hold_it_never_released(
+    redis_server, redis_client
+):
+    """The loop watchdog's pending renewals are kept by the loop's timers, not by the
+    watchdog (the value of a dict weakly keyed by the loop): a hold left behind does not
+    keep a closed loop alive."""
+    backend = Backend(async_client=lambda: async_client(redis_server.port))
+    lock = Lock("left-behind", backend=backend, timeout=30)
+
+    async def take():
+        assert await lock.aacquire()
+
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(take())
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()
+    loop_ref = weakref.ref(loop)
+    del loop
+    gc.collect()
+    assert loop_ref() is None
+    redis_client.delete(lock_key("left-behind"))

@@ -154,6 +154,33 @@ async def test_acquire_on_a_paused_server_fails_within_the_socket_timeout(
     assert lock.held is False
 
 
+@pytest.mark.parametrize("cancelled", [False, True], ids=["awaited", "cancelled"])
+async def test_an_async_release_on_a_paused_server_ends_within_the_socket_timeout(
+    make_backend, private_redis, cancelled
+):
+    """A release carries on when its task is cancelled, but only as long as the socket
+    timeout allows: a stalled server never keeps the task waiting, and a cancelled task
+    still ends cancelled."""
+    backend = make_backend(private_redis, client_kwargs=FAST)
+    lock = Lock("stalled", backend=backend, auto_renew=False)
+    assert await lock.aacquire()
+    private_redis.pause()
+    try:
+        started = time.monotonic()
+        task = asyncio.create_task(lock.arelease())
+        await asyncio.sleep(0.1)
+        if cancelled:
+            task.cancel()
+        with pytest.raises(asyncio.CancelledError if cancelled else LockBackendUnavailable):
+            await asyncio.wait_for(task, 5)
+        elapsed = time.monotonic() - started
+    finally:
+        private_redis.resume()
+    assert 0.4 <= elapsed < 1.5
+    assert task.cancelled() is cancelled
+    assert task.cancelling() == int(cancelled)  # the timeout's own cancellation taken back
+
+
 async def test_a_waiter_waiting_forever_fails_when_the_server_stalls(
     api, make_backend, private_redis
 ):
