@@ -485,7 +485,8 @@ class AsyncDriver:
             reply = (await self._routed(call.keys[0], call))[0]
         except BACKEND_ERRORS as exc:
             raise failure(self.name, exc) from exc
-        _keep_cancellation(task, requested)
+        if not self.finishing:  # a release's caller re-raises it once it is recorded
+            _keep_cancellation(task, requested)
         return reply
 
     async def execute(self, key: str, *command: Any) -> Any:
@@ -495,7 +496,8 @@ class AsyncDriver:
             reply = (await self._routed(key, command))[0]
         except BACKEND_ERRORS as exc:
             raise failure(self.name, exc) from exc
-        _keep_cancellation(task, requested)
+        if not self.finishing:  # a release's caller re-raises it once it is recorded
+            _keep_cancellation(task, requested)
         return reply
 
     async def _routed(self, key: str, request: Call | tuple[Any, ...]) -> tuple[Any, Node]:
@@ -711,7 +713,8 @@ class AsyncDriver:
                         result, _ = await completed(self._do(op))
                     else:
                         result = await self._do(op)
-                        _keep_cancellation(task, requested)
+                        if not self.finishing:
+                            _keep_cancellation(task, requested)
                 except BaseException as exc:  # noqa: BLE001 - handed to the steps
                     cancelled = cancelled or isinstance(exc, asyncio.CancelledError)
                     error = exc
