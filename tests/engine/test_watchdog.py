@@ -105,8 +105,10 @@ async def test_renewal_stops_after_release(api, backend, redis_client):
     assert redis_client.exists(lock_key("stop")) == 0
 
 
-async def test_a_forgotten_lock_object_is_not_renewed_forever(api, backend, redis_client):
-    lock = Lock("forgotten", backend=backend, timeout=0.3)
+async def test_a_forgotten_lock_object_is_not_renewed_forever(
+    api, observed_backend, recorder, redis_client
+):
+    lock = Lock("forgotten", backend=observed_backend, timeout=0.3)
     assert await api.acquire(lock)
     del lock
     gc.collect()
@@ -115,6 +117,10 @@ async def test_a_forgotten_lock_object_is_not_renewed_forever(api, backend, redi
     # acquire, which a slow gc.collect() on a loaded machine may already have let pass.
     assert redis_client.pttl(lock_key("forgotten")) <= 300
     await await_until(lambda: redis_client.exists(lock_key("forgotten")) == 0, within=2)
+    # Reported once the release is done (and its connection back in the backend's pool,
+    # which the fixture closes: a connection still in use then would be left unclosed).
+    await await_until(lambda: recorder.of("lost"), within=2)
+    assert "garbage-collected" in recorder.of("lost")[0].reason
 
 
 # -- lost locks -------------------------------------------------------------------------
