@@ -1,6 +1,11 @@
 """Lease renewal: a scheduler thread per process for sync holders, timers on the event
 loop for async ones. Both renew at a third of the lease and share the decision logic.
 
+Why this module is long: it holds the two runners of one promise (the list below), the
+thread runner with its lanes and notifier and the loop runner with its batched timers;
+what a renewal decides is already in :mod:`.renewal`, and splitting the runners apart
+would separate each guarantee's sync half from its async half.
+
 What the renewal path promises:
 
 - Renewals of locks on different backends never wait for each other: each backend has
