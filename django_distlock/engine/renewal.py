@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .backend import Event
@@ -24,6 +25,8 @@ __all__ = [
     "after_failure",
     "after_renewal",
     "attempt_timeout",
+    "end_lease",
+    "expired_abandoned",
     "first_renewal",
     "hold_event",
     "lease_end_reason",
@@ -116,6 +119,17 @@ def lease_end_reason(hold: Hold) -> str:
     return f"{_LEASE_ENDED} before Redis confirmed a renewal"
 
 
+def end_lease(hold: Hold) -> Callable[[Hold], None] | None:
+    """Mark ``hold``, whose lease ended before a renewal was confirmed, lost; return how
+    the loss is to be told (on the notifier), ``None`` if it needs no report. An abandoned
+    hold is reported as abandoned, the cause, even when its lease ran out first (a renewal
+    lane too late on a loaded machine)."""
+    abandoned = abandoned_reason(hold)
+    if not mark_lost(hold, abandoned or lease_end_reason(hold)):
+        return None
+    return expired_abandoned if abandoned else tell_holder
+
+
 def settled(hold: Hold) -> bool:
     """True when the watchdog has nothing more to do for ``hold``."""
     return hold.released or hold.releasing or hold.lost or not hold.auto_renew
@@ -192,6 +206,18 @@ def tell_holder(hold: Hold) -> None:
         hold.backend.emit(
             hold_event(hold, "lost", held=held, reason=reason, cause=lost_cause(reason))
         )
+
+
+def expired_abandoned(hold: Hold) -> None:
+    """Log that an abandoned hold's lease ended before the watchdog released it, then
+    report it."""
+    logger.warning(
+        "django-distlock: lock %r held by %s: %s; its lease ended before it was released",
+        hold.name,
+        hold.thread,
+        hold.lost_reason,
+    )
+    tell_holder(hold)
 
 
 def released_abandoned(hold: Hold, reply: Any) -> None:

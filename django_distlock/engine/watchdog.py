@@ -50,6 +50,7 @@ from .renewal import (
     abandoned_release_call,
     after_renewal,
     attempt_timeout,
+    end_lease,
     first_renewal,
     lease_end_reason,
     mark_lost,
@@ -266,8 +267,8 @@ class ThreadWatchdog:
                 if settled(hold) or hold.generation != process.generation():
                     continue
                 if kind == DEADLINE:
-                    if hold.expired() and mark_lost(hold, lease_end_reason(hold)):
-                        self.notifier.submit(tell_holder, hold)
+                    if hold.expired() and (report := end_lease(hold)) is not None:
+                        self.notifier.submit(report, hold)
                     continue
                 by_lane.setdefault(lane_of(hold), []).append(hold)
                 self._add(hold.valid_until_mono, DEADLINE, hold)

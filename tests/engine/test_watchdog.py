@@ -18,6 +18,7 @@ import redis.asyncio
 
 from django_distlock.engine import Backend, Lock, LockLost, LockNotOwned
 from django_distlock.engine.scripts import RELEASE
+from django_distlock.engine.watchdog import _Lane
 from tests.support.engine import (
     HOST,
     Recorder,
@@ -121,6 +122,32 @@ async def test_a_forgotten_lock_object_is_not_renewed_forever(
     # which the fixture closes: a connection still in use then would be left unclosed).
     await await_until(lambda: recorder.of("lost"), within=2)
     assert "garbage-collected" in recorder.of("lost")[0].reason
+
+
+async def test_a_forgotten_lock_whose_lease_ends_before_its_renewal_is_reported_abandoned(
+    observed_backend, recorder, redis_client, monkeypatch, caplog
+):
+    # A loaded machine: the renewal lane runs only after the lease has ended, so the
+    # scheduler's lease-end check sees the hold first. It still says why: nobody released it.
+    renew = _Lane._renew
+
+    def late(self: _Lane, holds: list) -> None:
+        time.sleep(0.5)
+        renew(self, holds)
+
+    monkeypatch.setattr(_Lane, "_renew", late)
+    lock = Lock("forgotten-late", backend=observed_backend, timeout=0.3)
+    assert lock.acquire()
+    del lock
+    gc.collect()
+    await await_until(lambda: recorder.of("lost"), within=2)
+    lost = recorder.of("lost")[0]
+    assert (lost.cause, "garbage-collected" in lost.reason) == ("abandoned", True)
+    warnings_logged = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("forgotten-late" in message for message in warnings_logged)
+    await asyncio.sleep(0.6)  # the late lane's own attempt reports nothing more
+    assert len(recorder.of("lost")) == 1
+    assert redis_client.exists(lock_key("forgotten-late")) == 0
 
 
 # -- lost locks -------------------------------------------------------------------------
