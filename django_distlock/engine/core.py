@@ -228,6 +228,8 @@ def release_steps(
     """Steps to release the lock of ``keys`` held with ``token`` (as ``mode``): ``True``
     when it was held and is released (a fair waiter whose turn it now is gets woken)."""
     reply = yield release_call(keys, token, liveness_ms, mode)
+    if type(reply) is int:  # nobody to wake
+        return reply == 1
     yield from _wake(keys, reply[1], liveness_ms)
     return int(reply[0]) == 1
 
@@ -395,6 +397,8 @@ def acquire_steps(
             if type(reply) is Replicated:
                 reply, acknowledged = reply.reply, reply.acknowledged
             may_hold = False
+            if type(reply) is int:  # taken, with a fence equal to the acquisition time
+                reply = (1, reply, reply)
             status = int(reply[0])
             if status == -1:
                 raise LockError(_other_kind(name, mode, limit, reply[1]), name=name)

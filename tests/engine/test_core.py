@@ -19,6 +19,7 @@ from django_distlock.engine.core import (
     StartWait,
     acquire_steps,
     owner_metadata,
+    release_steps,
 )
 from django_distlock.engine.scripts import ACQUIRE, PASS_ON, RELEASE
 
@@ -99,6 +100,22 @@ def test_one_round_trip_takes_a_free_lock():
     assert outcome.fence == 1700000000000001
     assert outcome.acquired_at_us == 1700000000000001
     assert outcome.sent_at <= before  # the lease is counted from before the request
+
+
+def test_a_fence_alone_is_a_lock_taken_at_that_time():
+    """ACQUIRE's common reply: the fence, an integer, equal to the acquisition time."""
+    generator, _ = steps()
+    outcome = finish(generator, 1700000000000002)
+    assert isinstance(outcome, Acquired)
+    assert (outcome.fence, outcome.acquired_at_us) == (1700000000000002, 1700000000000002)
+
+
+@pytest.mark.parametrize(("reply", "released"), [(1, True), (0, False), ([1, b""], True)])
+def test_release_reads_both_reply_shapes(reply, released):
+    generator = release_steps(KEYS, TOKEN, 3000)
+    op = next(generator)
+    assert op.script is RELEASE
+    assert finish(generator, reply) is released
 
 
 def test_lease_is_rounded_up_to_whole_milliseconds():
