@@ -26,10 +26,8 @@ median over rounds of the per-round means is reported, with p50 and p99 of all r
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -42,6 +40,7 @@ for path in (str(HERE), str(ROOT)):
 
 from server import bench_server  # noqa: E402
 from stats import median, percentile  # noqa: E402
+from timing import place, rotated, timed  # noqa: E402
 
 RUN_KINDS = ("plain", "locked", "unique", "lock alone")
 PUBLISH_KINDS = ("plain", "unique")
@@ -104,21 +103,11 @@ def _run_call(task: Any) -> Callable[[int], Any]:
     return lambda n: apply((n,))
 
 
-def timed(call: Callable[[int], Any], count: int) -> tuple[list[int], float, float]:
+def timed_runs(call: Callable[[int], Any], count: int) -> tuple[list[int], float, float]:
     """``count`` calls: each one's ns, the mean in µs and this process's CPU µs per call
     (the watchdog thread's included)."""
-    gc.collect()
-    durations = [0] * count
-    clock = time.perf_counter_ns
-    cpu_start = time.process_time_ns()
-    start = clock()
-    for i in range(count):
-        t0 = clock()
-        call(i)
-        durations[i] = clock() - t0
-    end = clock()
-    cpu = (time.process_time_ns() - cpu_start) / count / 1000
-    return durations, (end - start) / count / 1000, cpu
+    loop = timed(call, count)
+    return loop.durations, loop.mean_ns / 1000, loop.cpu_ns / count / 1000
 
 
 def _table(
@@ -155,10 +144,8 @@ def main() -> int:
     rounds, count = (4, 300) if args.quick else (args.rounds, args.runs)
 
     with bench_server() as server:
-        cpus = sorted(os.sched_getaffinity(0))
-        if args.pin == "split" and len(cpus) >= 2:
-            os.sched_setaffinity(0, {cpus[0]})
-            server.pin({cpus[1]})
+        if args.pin == "split" and len(os.sched_getaffinity(0)) >= 2:
+            place("split", server)
         tasks = configure(server.url)
         broker = server.client()
         runs: dict[str, list[int]] = {kind: [] for kind in RUN_KINDS}
@@ -169,18 +156,17 @@ def main() -> int:
         publish_cpu: dict[str, list[float]] = {kind: [] for kind in PUBLISH_KINDS}
         calls = {kind: _run_call(tasks[kind]) for kind in RUN_KINDS}
         for kind in RUN_KINDS:  # warm up: connections, scripts loaded
-            timed(calls[kind], 50)
+            timed_runs(calls[kind], 50)
         for r in range(rounds):
-            shift = r % len(RUN_KINDS)
-            for kind in RUN_KINDS[shift:] + RUN_KINDS[:shift]:
-                durations, mean, cpu = timed(calls[kind], count)
+            for kind in rotated(RUN_KINDS, r):
+                durations, mean, cpu = timed_runs(calls[kind], count)
                 runs[kind].extend(durations)
                 run_means[kind].append(mean)
                 run_cpu[kind].append(cpu)
-            for kind in PUBLISH_KINDS[r % 2 :] + PUBLISH_KINDS[: r % 2]:
+            for kind in rotated(PUBLISH_KINDS, r):
                 task = tasks[kind]
                 first = (r + 1) * 1_000_000  # names of their own: every publish claims one
-                durations, mean, cpu = timed(
+                durations, mean, cpu = timed_runs(
                     lambda n, task=task, first=first: task.delay(first + n), count
                 )
                 publishes[kind].extend(durations)

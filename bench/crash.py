@@ -24,6 +24,7 @@ from typing import Any
 
 import impls
 from stats import median
+from timing import rotated
 
 KILL_AFTER = 0.25  # seconds the waiter waits before the holder is killed
 
@@ -148,8 +149,7 @@ def run(
     results keyed by (target kind, implementation)."""
     results = {(target.kind, key): Result(key) for key, target in entries}
     for t in range(trials):
-        order = entries[t % len(entries) :] + entries[: t % len(entries)]
-        for key, target in order:
+        for key, target in rotated(entries, t):
             name = f"crash:{target.kind}:{key}:{t}"
             trial(ctx, key, target, lease, name, results[(target.kind, key)])
     return results

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import os
 import sys
 import tempfile
@@ -34,6 +33,7 @@ for path in (str(HERE), str(ROOT)):
 
 from server import bench_server  # noqa: E402
 from stats import median, percentile  # noqa: E402
+from timing import PLACEMENTS, place, rotated, timed  # noqa: E402
 
 MODES = ("off", "async")
 TARGET = 1.10
@@ -75,21 +75,17 @@ def run_round(mode: str, cycles: int) -> tuple[list[int], int, int, int]:
             with distlock(name):
                 pass
         flush_events(timeout=60)
-        gc.collect()
-        durations = [0] * cycles
-        clock = time.perf_counter_ns
-        cpu_before = time.process_time_ns()
-        start = clock()
-        for i in range(cycles):
-            t0 = clock()
+
+        def cycle(_: int) -> None:
             with distlock(name):
                 pass
-            durations[i] = clock() - t0
-        flush_start = clock()
+
+        loop = timed(cycle, cycles)
+        flush_start, flush_cpu = time.perf_counter_ns(), time.process_time_ns()
         flush_events(timeout=60)
-        end = clock()
-        cpu = time.process_time_ns() - cpu_before
-    return durations, end - start, end - flush_start, cpu
+        flushed = time.perf_counter_ns() - flush_start
+        flush_cpu = time.process_time_ns() - flush_cpu
+    return loop.durations, loop.total_ns + flushed, flushed, loop.cpu_ns + flush_cpu
 
 
 def main() -> int:
@@ -106,7 +102,7 @@ def main() -> int:
     )
     parser.add_argument(
         "--pin",
-        choices=("split", "same", "none"),
+        choices=PLACEMENTS,
         default="split",
         help="benchmark on the first CPU, server on the second (split, default), both on "
         "the first (same), or no pinning",
@@ -123,11 +119,8 @@ def main() -> int:
         else:
             tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="distlock-bench-"))
             database = {"ENGINE": "django.db.backends.sqlite3", "NAME": f"{tmp}/db"}
-        cpus = sorted(os.sched_getaffinity(0))
-        pin = args.pin if len(cpus) >= 2 or args.pin != "split" else "same"
-        if pin != "none":
-            os.sched_setaffinity(0, {cpus[0]})
-            server.pin({cpus[1] if pin == "split" else cpus[0]})
+        pin = args.pin if len(os.sched_getaffinity(0)) >= 2 or args.pin != "split" else "same"
+        place(pin, server)
         configure_django(server.url, database)
 
         from django_distlock import eventwriter
@@ -139,8 +132,7 @@ def main() -> int:
         flush_ns = cpu_ns = 0
         cpu: dict[str, int] = dict.fromkeys(MODES, 0)
         for r in range(rounds):
-            order = MODES[r % 2 :] + MODES[: r % 2]
-            for mode in order:
+            for mode in rotated(MODES, r):
                 cycle_ns, total, flushed, cpu_ns = run_round(mode, cycles)
                 durations[mode].extend(cycle_ns)
                 totals[mode].append(total / cycles)

@@ -37,6 +37,7 @@ for path in (str(HERE), str(ROOT)):
 import redis  # noqa: E402
 from server import bench_server  # noqa: E402
 from stats import fmt, median, percentile, table  # noqa: E402
+from timing import rotated  # noqa: E402
 
 from django_distlock.engine import Backend, Lock, LockGroup  # noqa: E402
 from tests.support.kind_workers import Workers, max_overlap, single_target  # noqa: E402
@@ -121,8 +122,7 @@ def uncontended(server_url: str, *, rounds: int, cycles: int) -> list[Row]:
                 row.cycle()
         clock = time.perf_counter_ns
         for number in range(rounds):
-            shift = number % len(measured)
-            for row in measured[shift:] + measured[:shift]:
+            for row in rotated(measured, number):
                 gc.collect()
                 durations = [0] * cycles
                 started = clock()

@@ -43,6 +43,7 @@ import redis  # noqa: E402
 from redis.crc import key_slot  # noqa: E402
 from server import bench_cluster, bench_server  # noqa: E402
 from stats import fmt, percentile, table  # noqa: E402
+from timing import rotated  # noqa: E402
 
 HELD = 10_000
 UNRELATED = 1_000_000
@@ -187,8 +188,7 @@ def measure(
     for key in keys:  # warm-up: scripts loaded, connections open
         runs[key]()
     for r in range(rounds):
-        order = keys[r % len(keys) :] + keys[: r % len(keys)]
-        for key in order:
+        for key in rotated(keys, r):
             if key.startswith("reference") and r >= scan_rounds:
                 continue
             gc.collect()

@@ -47,6 +47,7 @@ for path in (str(HERE), str(ROOT)):
 
 from server import bench_server  # noqa: E402
 from stats import median, percentile  # noqa: E402
+from timing import PLACEMENTS, place, rotated  # noqa: E402
 
 MODES = ("off", "prometheus", "otel", "both")
 SETTINGS = {"off": None, "prometheus": "prometheus", "otel": "otel", "both": ["prometheus", "otel"]}
@@ -122,20 +123,18 @@ def run_round(mode: str, cycles: int) -> tuple[list[int], int, int, int, int]:
         flush_metrics()
         gc.collect()
         thread_before = metrics_thread_cpu_ns()
-        durations = [0] * cycles
-        cpu_before = time.process_time_ns()
-        start = clock()
-        for i in range(cycles):
-            t0 = clock()
+
+        def cycle(_: int) -> None:
             with lock:
                 pass
-            durations[i] = clock() - t0
-        end = clock()
+
+        loop = timed(cycle, cycles, collect=False)
+        flush_cpu = time.process_time_ns()
         flush_metrics()
         thread_cpu = metrics_thread_cpu_ns() - thread_before
-        cpu = time.process_time_ns() - cpu_before
+        cpu = loop.cpu_ns + time.process_time_ns() - flush_cpu
         backend.observer = observe
-    return durations, end - start, cpu, in_observer[0], thread_cpu
+    return loop.durations, loop.total_ns, cpu, in_observer[0], thread_cpu
 
 
 def main() -> int:
@@ -150,7 +149,7 @@ def main() -> int:
     )
     parser.add_argument(
         "--pin",
-        choices=("split", "same", "none"),
+        choices=PLACEMENTS,
         default="split",
         help="benchmark on the first CPU, server on the second (split, default), both on "
         "the first (same), or no pinning",
@@ -161,11 +160,9 @@ def main() -> int:
         if args.multiprocess:
             os.environ["PROMETHEUS_MULTIPROC_DIR"] = directory  # before prometheus_client loads
         with bench_server() as server:
-            cpus = sorted(os.sched_getaffinity(0))
-            pin = args.pin if len(cpus) >= 2 or args.pin != "split" else "same"
-            if pin != "none":
-                os.sched_setaffinity(0, {cpus[0]})
-                server.pin({cpus[1] if pin == "split" else cpus[0]})
+            usable = len(os.sched_getaffinity(0))
+            pin = args.pin if usable >= 2 or args.pin != "split" else "same"
+            place(pin, server)
             configure_django(server.url)
             install_otel_sdk()
             return measure(rounds, cycles, pin, args.multiprocess)
@@ -179,8 +176,7 @@ def measure(rounds: int, cycles: int, pin: str, multiprocess: bool) -> int:
     observers: dict[str, list[float]] = {mode: [] for mode in MODES}
     threads: dict[str, list[float]] = {mode: [] for mode in MODES}
     for r in range(rounds):
-        order = MODES[r % len(MODES) :] + MODES[: r % len(MODES)]
-        for mode in order:
+        for mode in rotated(MODES, r):
             cycle_ns, total, cpu_ns, observer_ns, thread_ns = run_round(mode, cycles)
             durations[mode].extend(cycle_ns)
             means[mode].append(total / cycles)

@@ -37,6 +37,7 @@ import uncontended  # noqa: E402
 from impls import Target  # noqa: E402
 from server import bench_cluster, bench_server  # noqa: E402
 from stats import fmt, table  # noqa: E402
+from timing import place, rotated  # noqa: E402
 
 from tests.support.redis_servers import RedisServer  # noqa: E402
 from tests.support.servers import set_process_affinity  # noqa: E402
@@ -152,21 +153,6 @@ PLACEMENT_LABELS = {
 }
 
 
-def _place(pin: str, cpus: list[int], server: RedisServer) -> str:
-    """Pin this process (every thread) and the server for placement ``pin``."""
-    if pin == "none":
-        set_process_affinity(os.getpid(), set(cpus))
-        server.pin(set(cpus))
-        return "not pinned"
-    client_cpu = cpus[0]
-    server_cpu = cpus[1] if pin == "split" else cpus[0]
-    set_process_affinity(os.getpid(), {client_cpu})
-    server.pin({server_cpu})
-    if pin == "split":
-        return f"client pinned to CPU {client_cpu}, server to CPU {server_cpu}"
-    return f"client and server both pinned to CPU {client_cpu}"
-
-
 Uncontended = dict[str, dict[str, uncontended.Result]]
 
 
@@ -179,7 +165,7 @@ def run_uncontended(
         if pin == "split" and len(cpus) < 2:
             report.add(f"### 1. Uncontended, {pin}: skipped (only one usable CPU)")
             continue
-        where = _place(pin, cpus, server)
+        where = place(pin, server, cpus)
         print(f"  uncontended: {where}", flush=True)
         try:
             results = uncontended.run(
@@ -302,8 +288,7 @@ def run_contended(
     pairs = [(t, k) for t in targets for k in CONTENDED if runnable[t][k] is None]
     runs: dict[tuple[str, str], list[contended.Run]] = {pair: [] for pair in pairs}
     for r in range(args.contended_rounds):
-        order = pairs[r % len(pairs) :] + pairs[: r % len(pairs)]
-        for topo, key in order:
+        for topo, key in rotated(pairs, r):
             print(
                 f"  contended: {key} on {TOPOLOGY_LABELS[topo]}, round "
                 f"{r + 1}/{args.contended_rounds}",

@@ -105,7 +105,30 @@ def pack(command: Sequence[Any]) -> bytes:
     """``command`` as the bytes of a RESP request. The engine only sends ``str``, ``int``
     and ``bytes``, which this encodes several times faster than redis-py's general
     encoder (a lock cycle sends two commands of about twenty arguments)."""
-    out = [b"*%d\r\n" % len(command)]
+    return b"*%d\r\n" % len(command) + _pack_items(command)
+
+
+# Packed script calls without their arguments, by (script, keys): the same for every
+# call on one lock (up to this many locks; then the cache starts over).
+_HEADS: dict[tuple[str, tuple[str, ...]], bytes] = {}
+_HEADS_MAX = 4096
+
+
+def pack_call(call: Call) -> bytes:
+    """``EVALSHA`` of ``call`` as the bytes of a RESP request. The part that names the
+    script and its keys, about half the bytes, is packed once per lock and reused."""
+    key = (call.script.sha, call.keys)
+    head = _HEADS.get(key)
+    if head is None:
+        head = _pack_items(("EVALSHA", call.script.sha, len(call.keys), *call.keys))
+        if len(_HEADS) >= _HEADS_MAX:
+            _HEADS.clear()
+        _HEADS[key] = head
+    return b"*%d\r\n" % (3 + len(call.keys) + len(call.args)) + head + _pack_items(call.args)
+
+
+def _pack_items(command: Sequence[Any]) -> bytes:
+    out = []
     append = out.append
     prefixes = _PREFIXES
     for arg in command:
@@ -546,7 +569,7 @@ class AsyncDriver:
                 reply = await self._script_on(connection, request, asking, pool)
             else:
                 commands = [("ASKING",), request] if asking else [request]
-                await self._send(connection, commands, pool)
+                await self._send(connection, b"".join(map(pack, commands)), pool)
                 if asking:
                     await self._reply(connection, pool)
                 reply = await self._reply(connection, pool)
@@ -570,7 +593,7 @@ class AsyncDriver:
     ) -> Any:
         """Async twin of :func:`_script_on`."""
         for by_sha in (True, False):
-            await self._send(connection, _commands(call, by_sha=by_sha, asking=asking), pool)
+            await self._send(connection, _request(call, by_sha=by_sha, asking=asking), pool)
             if asking:
                 await self._reply(connection, pool)
             try:
@@ -584,13 +607,10 @@ class AsyncDriver:
             return Replicated(reply, int(await self._reply(connection, pool)))
         raise ResponseError("script could not be loaded")  # pragma: no cover
 
-    async def _send(
-        self, connection: Any, commands: list[tuple[Any, ...]], pool: AsyncConnectionPool
-    ) -> None:
-        """Write ``commands`` in one request. A cancelled write sent nothing (redis-py closes
-        the connection; writing again reconnects), so a finishing driver writes again
-        (unless the request outlived the pool's timeout)."""
-        data = b"".join(map(pack, commands))
+    async def _send(self, connection: Any, data: bytes, pool: AsyncConnectionPool) -> None:
+        """Write ``data`` (packed commands) in one request. A cancelled write sent nothing
+        (redis-py closes the connection; writing again reconnects), so a finishing driver
+        writes again (unless the request outlived the pool's timeout)."""
         await self._finished(connection.send_packed_command, data, expired=(pool, connection))
 
     async def _reply(self, connection: Any, pool: AsyncConnectionPool) -> Any:
@@ -829,22 +849,24 @@ class AsyncDriver:
             await node.async_pool().discard(connection)
 
 
-def _commands(call: Call, *, by_sha: bool, asking: bool) -> list[tuple[Any, ...]]:
-    """What to send for ``call``: ``ASKING`` first when redirected by ``ASK``, the script,
-    then ``WAIT`` when it must reach replicas."""
-    commands = [("ASKING",)] if asking else []
-    commands.append(_eval_args(call, by_sha=by_sha))
+def _request(call: Call, *, by_sha: bool, asking: bool) -> bytes:
+    """What to send for ``call``, packed: ``ASKING`` first when redirected by ``ASK``, the
+    script, then ``WAIT`` when it must reach replicas."""
+    script = pack_call(call) if by_sha else pack(_eval_args(call, by_sha=False))
+    if not asking and call.replicas is None:
+        return script
+    parts = [pack(("ASKING",))] if asking else []
+    parts.append(script)
     if call.replicas is not None:
-        commands.append(("WAIT", *call.replicas))
-    return commands
+        parts.append(pack(("WAIT", *call.replicas)))
+    return b"".join(parts)
 
 
 def _script_on(connection: Any, call: Call, asking: bool) -> Any:
     """Run ``call`` on ``connection`` (``EVALSHA``, then ``EVAL`` on ``NOSCRIPT``), in one
     round trip with its ``ASKING`` and ``WAIT``."""
     for by_sha in (True, False):
-        commands = _commands(call, by_sha=by_sha, asking=asking)
-        connection.send_packed_command([b"".join(map(pack, commands))])
+        connection.send_packed_command([_request(call, by_sha=by_sha, asking=asking)])
         if asking:
             connection.read_response()
         try:

@@ -174,6 +174,36 @@ def _is_mine(not_mine: str) -> str:
     return _IS_MINE.replace("NOT_MINE", not_mine)
 
 
+# A fair waiter whose turn it is (`head == waiter`) leaves the queue as it takes the lock.
+_TAKE_TURN = r"""
+    if head then
+      redis.call('LPOP', KEYS[5])
+      redis.call('ZREM', KEYS[6], waiter)
+    end"""
+
+
+def _enqueue(obstacle_ms: str) -> str:
+    """A waiter that did not get the lock registers (needs `waiter`, `fair`, `head`,
+    `now_ms`, `liveness`): at the back of the fair queue with a liveness deadline when
+    fair, and in the "someone waits" flag, kept for its liveness plus the Lua variable
+    ``obstacle_ms`` (how long the obstacle lasts, when positive)."""
+    return (
+        r"""
+    if fair then
+      if not redis.call('ZSCORE', KEYS[6], waiter) then
+        redis.call('RPUSH', KEYS[5], waiter)
+        if not head then head = waiter end
+      end
+      redis.call('ZADD', KEYS[6], now_ms + liveness, waiter)
+      redis.call('PEXPIRE', KEYS[5], liveness)
+      redis.call('PEXPIRE', KEYS[6], liveness)
+    end
+    local flag_ms = liveness
+    if OBSTACLE > 0 then flag_ms = flag_ms + OBSTACLE end
+    redis.call('SET', KEYS[3], '1', 'PX', flag_ms)"""
+    ).replace("OBSTACLE", obstacle_ms)
+
+
 # Ends the caller's own outstanding BLPOP (see ``core.CallEndingWait``): a mark pushed to
 # its own list, which its BLPOP watches first. Spliced at the end of a script, after
 # anything that may clear that list, so that the push survives.
@@ -244,11 +274,9 @@ local function attempt()
     + _QUEUE_HEAD
     + r"""
   end
-  if pttl == -2 and (not head or head == waiter) then
-    if head then
-      redis.call('LPOP', KEYS[5])
-      redis.call('ZREM', KEYS[6], waiter)
-    end
+  if pttl == -2 and (not head or head == waiter) then"""
+    + _TAKE_TURN
+    + r"""
     local lease_ms = tonumber(ARGV[2])"""
     + _NEXT_FENCE
     + r"""
@@ -275,18 +303,9 @@ local function attempt()
       redis.call('PEXPIRE', KEYS[10], liveness)
       writer = '1'
     end
-    if fair then
-      if not redis.call('ZSCORE', KEYS[6], waiter) then
-        redis.call('RPUSH', KEYS[5], waiter)
-        if not head then head = waiter end
-      end
-      redis.call('ZADD', KEYS[6], now_ms + liveness, waiter)
-      redis.call('PEXPIRE', KEYS[5], liveness)
-      redis.call('PEXPIRE', KEYS[6], liveness)
-    end
-    local flag_ms = liveness
-    if pttl > 0 then flag_ms = flag_ms + pttl end
-    redis.call('SET', KEYS[3], '1', 'PX', flag_ms)
+"""
+    + _enqueue("pttl")
+    + r"""
   end
   if pttl == -2 then
     -- Free, but another fair waiter is first: the caller nudges it in case it missed
@@ -429,11 +448,9 @@ local function attempt()"""
     + _QUEUE_HEAD
     + r"""
   end
-  if obstacle_ms == -2 and (not head or head == waiter) then
-    if head then
-      redis.call('LPOP', KEYS[5])
-      redis.call('ZREM', KEYS[6], waiter)
-    end
+  if obstacle_ms == -2 and (not head or head == waiter) then"""
+    + _TAKE_TURN
+    + r"""
     local lease_ms = tonumber(ARGV[2])"""
     + _NEXT_FENCE
     + r"""
@@ -453,18 +470,9 @@ local function attempt()"""
   end
   if waiter ~= '' then
     local liveness = tonumber(liveness_ms)
-    if fair then
-      if not redis.call('ZSCORE', KEYS[6], waiter) then
-        redis.call('RPUSH', KEYS[5], waiter)
-        if not head then head = waiter end
-      end
-      redis.call('ZADD', KEYS[6], now_ms + liveness, waiter)
-      redis.call('PEXPIRE', KEYS[5], liveness)
-      redis.call('PEXPIRE', KEYS[6], liveness)
-    end
-    local flag_ms = liveness
-    if obstacle_ms > 0 then flag_ms = flag_ms + obstacle_ms end
-    redis.call('SET', KEYS[3], '1', 'PX', flag_ms)
+"""
+    + _enqueue("obstacle_ms")
+    + r"""
   end
   if writer_first and held == 0 then
     -- Nobody holds it and a writer waits: the wake-up the caller may have consumed

@@ -8,9 +8,9 @@ import time
 import pytest
 import redis
 
-from django_distlock.engine import Backend, Lock, LockBackendError, LockBackendUnavailable
+from django_distlock.engine import Backend, Lock, LockBackendError, LockBackendUnavailable, io
 from django_distlock.engine.core import Call
-from django_distlock.engine.io import SyncDriver, completed
+from django_distlock.engine.io import SyncDriver, completed, pack_call
 from django_distlock.engine.scripts import TTL
 from tests.support.engine import (
     async_client,
@@ -23,6 +23,24 @@ from tests.support.engine import (
     thread_future,
 )
 from tests.support.probe import single_server_only
+
+# -- requests ---------------------------------------------------------------------------
+
+
+def redis_py_request(*args) -> bytes:
+    return b"".join(redis.Connection().pack_command(*args))
+
+
+def test_a_packed_call_is_the_request_redis_py_would_send(monkeypatch):
+    monkeypatch.setattr(io, "_HEADS_MAX", 3)
+    for n in range(10):  # more locks than the cache holds: it starts over, still right
+        keys = (f"p:{{{n:02x}}}:lock:n{n}", f"p:{{{n:02x}}}:fence:n{n}")
+        for args in (("tok", 1500, "ü"), (b"raw", n)):
+            expected = redis_py_request("EVALSHA", TTL.sha, 2, *keys, *args)
+            assert pack_call(Call(TTL, keys, args)) == expected
+            assert pack_call(Call(TTL, keys, args)) == expected  # from the cache
+    assert len(io._HEADS) <= 3
+
 
 # -- scripts are loaded when the server does not know them ------------------------------
 

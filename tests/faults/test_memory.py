@@ -34,11 +34,12 @@ async def test_released_locks_leave_only_short_lived_fence_counters(api, backend
     assert max(lifetimes) <= HOUR + LEASE, f"fence counters live {max(lifetimes) / HOUR:.1f} hours"
 
 
-async def test_an_expired_lock_leaves_the_listing_index_at_the_next_acquire_in_its_bucket(
+async def test_an_expired_lock_leaves_the_listing_index_within_a_few_acquires_in_its_bucket(
     api, backend, redis_client
 ):
-    """Each acquire prunes its bucket's index (every key a script touches lives in the
-    lock's slot); a listing prunes every bucket it reads."""
+    """About one acquire in 16 prunes its bucket's index (every key a script touches lives
+    in the lock's slot); a listing prunes every bucket it reads, and skips such entries
+    until then."""
     abandoned = Lock("abandoned", backend=backend, timeout=0.1, auto_renew=False)
     assert await api.acquire(abandoned, blocking=False)
     index = keys_of("abandoned").index
@@ -53,6 +54,11 @@ async def test_an_expired_lock_leaves_the_listing_index_at_the_next_acquire_in_i
         if bucket_of(name) == bucket_of("abandoned")
     )
     other = Lock(neighbour, backend=backend, timeout=LEASE, auto_renew=False)
-    assert await api.acquire(other, blocking=False)
-    await api.release(other)
+    acquires = 0
+    while redis_client.zscore(index, "abandoned") is not None and acquires < 1_000:
+        assert await api.acquire(other, blocking=False)
+        await api.release(other)
+        acquires += 1
+    # The chance that 1,000 acquires all skip the pruning is below 1e-28.
     assert redis_client.zscore(index, "abandoned") is None, "the index keeps an expired lock"
+    assert acquires >= 1
