@@ -15,6 +15,7 @@ decided once, in :func:`.topology.redirect_of`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -108,23 +109,34 @@ def pack(command: Sequence[Any]) -> bytes:
     return b"*%d\r\n" % len(command) + _pack_items(command)
 
 
-# Packed script calls without their arguments, by (script, keys): the same for every
-# call on one lock (up to this many locks; then the cache starts over).
-_HEADS: dict[tuple[str, tuple[str, ...]], bytes] = {}
-_HEADS_MAX = 4096
+# Packed ``EVALSHA <sha>`` by script, and packed arguments: a lock's keys and most of its
+# arguments are the same at every call (tokens are not: the LRU cache lets them go first).
+_HEADS: dict[str, bytes] = {}
+
+
+@functools.lru_cache(maxsize=4096, typed=True)
+def _packed(arg: str | int | bytes) -> bytes:
+    data = arg.encode() if type(arg) is str else arg if type(arg) is bytes else str(arg).encode()
+    return b"$%d\r\n%s\r\n" % (len(data), data)
 
 
 def pack_call(call: Call) -> bytes:
-    """``EVALSHA`` of ``call`` as the bytes of a RESP request. The part that names the
-    script and its keys, about half the bytes, is packed once per lock and reused."""
-    key = (call.script.sha, call.keys)
-    head = _HEADS.get(key)
+    """``EVALSHA`` of ``call`` as the bytes of a RESP request (what :func:`pack` makes of
+    it, with the script's name and most arguments packed once and reused)."""
+    sha = call.script.sha
+    head = _HEADS.get(sha)
     if head is None:
-        head = _pack_items(("EVALSHA", call.script.sha, len(call.keys), *call.keys))
-        if len(_HEADS) >= _HEADS_MAX:
-            _HEADS.clear()
-        _HEADS[key] = head
-    return b"*%d\r\n" % (3 + len(call.keys) + len(call.args)) + head + _pack_items(call.args)
+        head = _HEADS[sha] = _pack_items(("EVALSHA", sha))
+    keys, args = call.keys, call.args
+    return b"".join(
+        (
+            b"*%d\r\n" % (3 + len(keys) + len(args)),
+            head,
+            _packed(len(keys)),
+            *map(_packed, keys),
+            *map(_packed, args),
+        )
+    )
 
 
 def _pack_items(command: Sequence[Any]) -> bytes:

@@ -10,7 +10,7 @@ import redis
 
 from django_distlock.engine import Backend, Lock, LockBackendError, LockBackendUnavailable, io
 from django_distlock.engine.core import Call
-from django_distlock.engine.io import SyncDriver, completed, pack_call
+from django_distlock.engine.io import SyncDriver, completed, pack, pack_call
 from django_distlock.engine.scripts import TTL
 from tests.support.engine import (
     async_client,
@@ -31,15 +31,20 @@ def redis_py_request(*args) -> bytes:
     return b"".join(redis.Connection().pack_command(*args))
 
 
-def test_a_packed_call_is_the_request_redis_py_would_send(monkeypatch):
-    monkeypatch.setattr(io, "_HEADS_MAX", 3)
-    for n in range(10):  # more locks than the cache holds: it starts over, still right
+def test_a_packed_call_is_the_request_redis_py_would_send():
+    for n in range(10):
         keys = (f"p:{{{n:02x}}}:lock:n{n}", f"p:{{{n:02x}}}:fence:n{n}")
-        for args in (("tok", 1500, "ü"), (b"raw", n)):
+        for args in (("tok", 1500, "ü"), (b"raw", n), (1, "1", b"1", 2.5)):
             expected = redis_py_request("EVALSHA", TTL.sha, 2, *keys, *args)
             assert pack_call(Call(TTL, keys, args)) == expected
-            assert pack_call(Call(TTL, keys, args)) == expected  # from the cache
-    assert len(io._HEADS) <= 3
+            assert pack_call(Call(TTL, keys, args)) == expected  # from the caches
+            assert pack(("EVALSHA", TTL.sha, 2, *keys, *args)) == expected
+
+
+def test_the_cache_of_packed_arguments_is_bounded():
+    for n in range(5_000):  # a token per acquire: more than the cache holds
+        pack_call(Call(TTL, ("k",), (f"token-{n}",)))
+    assert io._packed.cache_info().currsize <= io._packed.cache_info().maxsize == 4096
 
 
 # -- scripts are loaded when the server does not know them ------------------------------
