@@ -11,13 +11,14 @@ import threading
 import time
 import warnings
 import weakref
+from typing import ClassVar
 
 import pytest
 import redis
 import redis.asyncio
 
 from django_distlock.engine import Backend, Lock, LockLost, LockNotOwned
-from django_distlock.engine.scripts import RELEASE
+from django_distlock.engine.scripts import EXTEND
 from django_distlock.engine.watchdog import _Lane
 from tests.support.engine import (
     HOST,
@@ -279,55 +280,84 @@ async def test_a_lost_lock_can_be_acquired_again(api, observed_backend, recorder
 # -- a release that races a renewal -----------------------------------------------------
 
 
-class SlowReleaseReplies(redis.Redis):
-    """Delays the reply to the release script, as a slow network would."""
+class HeldRenewals:
+    """Holds renewal requests back on their way to Redis until :attr:`go` is set, as a
+    slow link would: a renewal sent before a release can then reach Redis after it."""
 
-    delay = 0.0
+    holding = False
+    held = threading.Event()  # a renewal is being held back
+    go = threading.Event()
+    sent_at: ClassVar[list[float]] = []  # when held renewals went on their way
 
-    def execute_command(self, *args, **options):
-        reply = super().execute_command(*args, **options)
-        if len(args) > 1 and args[1] in (RELEASE.sha, RELEASE.source):
-            time.sleep(self.delay)
-        return reply
+    @classmethod
+    def reset(cls, *, holding: bool) -> None:
+        cls.holding = holding
+        cls.held.clear()
+        cls.go.clear()
+        cls.sent_at = []
+
+    @classmethod
+    def is_renewal(cls, command) -> bool:
+        data = b"".join(command) if isinstance(command, list | tuple) else command
+        return cls.holding and isinstance(data, bytes) and EXTEND.sha.encode() in data
 
 
-class AsyncSlowReleaseReplies(redis.asyncio.Redis):
-    delay = 0.0
+class RenewalHoldingConnection(redis.Connection):
+    def send_packed_command(self, command, check_health=True):
+        if HeldRenewals.is_renewal(command):
+            HeldRenewals.held.set()
+            HeldRenewals.go.wait(10)
+            HeldRenewals.sent_at.append(time.monotonic())
+        super().send_packed_command(command, check_health)
 
-    async def execute_command(self, *args, **options):
-        reply = await super().execute_command(*args, **options)
-        if len(args) > 1 and args[1] in (RELEASE.sha, RELEASE.source):
-            await asyncio.sleep(self.delay)
-        return reply
+
+class AsyncRenewalHoldingConnection(redis.asyncio.Connection):
+    async def send_packed_command(self, command, check_health=True):
+        if HeldRenewals.is_renewal(command):
+            HeldRenewals.held.set()
+            await asyncio.to_thread(HeldRenewals.go.wait, 10)
+            HeldRenewals.sent_at.append(time.monotonic())
+        await super().send_packed_command(command, check_health)
 
 
 @single_server_only
 async def test_a_clean_release_is_never_reported_lost(api, redis_server, redis_client):
-    """The release is done in Redis when a renewal comes due while its reply is still on
-    the way: that renewal finds no lock, and must not turn a clean release into a lost
-    lock (LockLost from release, a LOST event, on_lost)."""
+    """A renewal sent before the release reaches Redis after it: it finds no lock, and
+    must not turn the clean release into a lost lock (LockLost from release, a LOST event,
+    on_lost)."""
     recorder = Recorder()
     on_lost = OnLost()
     backend = Backend(
-        SlowReleaseReplies(host=HOST, port=redis_server.port),
-        async_client=lambda: AsyncSlowReleaseReplies(host=HOST, port=redis_server.port),
+        redis.Redis(
+            connection_pool=redis.ConnectionPool(
+                host=HOST, port=redis_server.port, connection_class=RenewalHoldingConnection
+            )
+        ),
+        async_client=lambda: redis.asyncio.Redis(
+            connection_pool=redis.asyncio.ConnectionPool(
+                host=HOST, port=redis_server.port, connection_class=AsyncRenewalHoldingConnection
+            )
+        ),
         observer=recorder,
     )
+    HeldRenewals.reset(holding=True)
     try:
-        # Renewals every 0.2 s; the release reply takes 0.3 s, so one renewal is sent
-        # after the lock is gone. The lease itself (0.6 s) does not run out meanwhile.
         lock = Lock("racy", backend=backend, timeout=0.6, on_lost=on_lost)
         await api.acquire(lock)
-        await asyncio.sleep(0.05)
-        SlowReleaseReplies.delay = AsyncSlowReleaseReplies.delay = 0.3
+        await await_until(HeldRenewals.held.is_set, within=3)  # the first renewal is on its way
         await api.release(lock)
-        SlowReleaseReplies.delay = AsyncSlowReleaseReplies.delay = 0.0
-        await asyncio.sleep(0.4)
+        released_at = time.monotonic()
+        HeldRenewals.go.set()
+        await await_until(lambda: HeldRenewals.sent_at, within=3)
+        assert HeldRenewals.sent_at[0] > released_at  # it reached Redis after the release
+        await asyncio.sleep(0.3)  # its answer (no such lock) is back
         assert redis_client.exists(lock_key("racy")) == 0
         assert recorder.kinds() == ["acquired", "released"]
         assert on_lost.calls == []
+        assert not lock.lost
     finally:
-        SlowReleaseReplies.delay = AsyncSlowReleaseReplies.delay = 0.0
+        HeldRenewals.reset(holding=False)
+        HeldRenewals.go.set()
         await close_backend(backend)
 
 
