@@ -185,7 +185,10 @@ async def test_hundreds_of_waiters_time_out_cleanly_and_give_their_connections_b
         assert failures == [], f"{len(failures)} waiters failed, e.g. {failures[:3]}"
         slowest = max(took for _, took in results)
         assert len(results) == WAITERS
-        assert slowest <= 1 + 0.5, f"the slowest waiter took {slowest:.2f}s"
+        # Every waiter honours its 1 s timeout, not the 30 s lease: 300 threads on two
+        # CPUs are scheduled late on a loaded machine (CI once saw 2.3 s), so the bound
+        # only tells a timeout kept from one that waited for the holder.
+        assert slowest <= 1 + 4, f"the slowest waiter took {slowest:.2f}s"
 
         with contextlib.suppress(AssertionError):
             await await_until(lambda: connected_clients(probe) - before <= 20, within=3)
