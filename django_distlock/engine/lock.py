@@ -18,7 +18,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from types import TracebackType
 from typing import Any, NoReturn, ParamSpec, TypeVar, overload
 
@@ -548,15 +548,8 @@ class Lock:
         if hold.depth > 1:
             hold.depth -= 1
             return
-        hold.releasing = True
-        try:
+        with self._releasing(hold):
             released = SyncDriver(hold.backend, self.name).run(self._release_steps(hold))
-        except LockError as error:
-            hold.release_failed = True
-            self._report_failure(hold, error, acquiring=False)
-            raise
-        finally:
-            hold.releasing = False
         self._released(hold, released)
 
     def arelease(self) -> Coroutine[Any, Any, None]:
@@ -570,23 +563,31 @@ class Lock:
         if hold.depth > 1:
             hold.depth -= 1
             return
-        hold.releasing = True
         cancels = 0 if task is None else task.cancelling()
         try:
-            try:
+            with self._releasing(hold):
                 driver = AsyncDriver(hold.backend, self.name, finishing=True)
                 released = await driver.run(self._release_steps(hold))
-            except LockError as error:
-                hold.release_failed = True
-                self._report_failure(hold, error, acquiring=False)
-                raise
-            finally:
-                hold.releasing = False
             self._released(hold, released)
         finally:
             # Cancelled meanwhile (the driver finished the release anyway): stay cancelled.
             if task is not None and task.cancelling() > cancels:
                 raise asyncio.CancelledError
+
+    @contextlib.contextmanager
+    def _releasing(self, hold: Hold) -> Iterator[None]:
+        """Around a release's round trips: the watchdog leaves ``hold`` alone meanwhile,
+        and a release that fails is reported and remembered (the next acquire gives the
+        old token back first)."""
+        hold.releasing = True
+        try:
+            yield
+        except LockError as error:
+            hold.release_failed = True
+            self._report_failure(hold, error, acquiring=False)
+            raise
+        finally:
+            hold.releasing = False
 
     @staticmethod
     def _release_steps(hold: Hold) -> Any:

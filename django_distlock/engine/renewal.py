@@ -7,6 +7,7 @@ threads, timers or I/O here.
 from __future__ import annotations
 
 import logging
+import math
 import os
 import time
 from collections.abc import Callable
@@ -32,6 +33,7 @@ __all__ = [
     "lease_end_reason",
     "lost_cause",
     "mark_lost",
+    "on_grid",
     "released_abandoned",
     "renewal_call",
     "renewal_event",
@@ -72,6 +74,14 @@ def wake_calls(hold: Hold, reply: Any) -> list[Call]:
 def first_renewal(hold: Hold) -> float:
     """Monotonic time of the first renewal of a fresh hold."""
     return hold.valid_until_mono - hold.lease * 2 / 3
+
+
+def on_grid(hold: Hold, due: float) -> float:
+    """``due`` rounded up to a grid of at most 50 ms (a thirtieth of the lease when
+    shorter): renewals due at about the same time are made together, so the watchdogs
+    wake a bounded number of times per second however many locks come and go."""
+    grid = min(0.05, hold.lease / 30)
+    return math.ceil(due / grid) * grid
 
 
 def attempt_timeout(hold: Hold, now: float) -> float:

@@ -54,6 +54,7 @@ from .renewal import (
     first_renewal,
     lease_end_reason,
     mark_lost,
+    on_grid,
     released_abandoned,
     renewal_call,
     renewal_event,
@@ -239,8 +240,7 @@ class ThreadWatchdog:
         while incoming:
             due, kind, hold = incoming.popleft()
             if kind == RENEW:
-                grid = min(0.05, hold.lease / 30)
-                due = math.ceil(due / grid) * grid
+                due = on_grid(hold, due)
             heapq.heappush(heap, (due, next(self._order), kind, hold))
 
     def _next_batch(self) -> list[tuple[float, int, int, Hold]]:
@@ -306,8 +306,7 @@ class LoopWatchdog:
         self._schedule(hold, first_renewal(hold))
 
     def _schedule(self, hold: Hold, due: float) -> None:
-        grid = min(0.05, hold.lease / 30)
-        at = math.ceil(due / grid) * grid
+        at = on_grid(hold, due)
         if (batch := self._due.get(at)) is None:
             batch = self._due[at] = _Batch()
             asyncio.get_running_loop().call_later(at - time.monotonic(), self._spawn, at, batch)

@@ -394,6 +394,19 @@ def test_a_forked_child_renews_its_own_locks(backend, redis_server, redis_client
 # -- event loops come and go ------------------------------------------------------------
 
 
+def loop_gone_after(body) -> bool:
+    """Run ``body()`` on an event loop of its own, close the loop, drop it: True when
+    nothing kept it alive after a garbage collection."""
+    loop = asyncio.new_event_loop()
+    loop.run_until_complete(body())
+    loop.run_until_complete(loop.shutdown_asyncgens())
+    loop.close()
+    loop_ref = weakref.ref(loop)
+    del loop
+    gc.collect()
+    return loop_ref() is None
+
+
 @single_server_only
 @pytest.mark.parametrize("auto_renew", [False, True], ids=["plain", "auto-renew"])
 def test_a_closed_event_loop_that_used_locks_can_be_collected(
@@ -409,14 +422,7 @@ def test_a_closed_event_loop_that_used_locks_can_be_collected(
         async with lock:
             pass
 
-    loop = asyncio.new_event_loop()
-    loop.run_until_complete(use())
-    loop.run_until_complete(loop.shutdown_asyncgens())
-    loop.close()
-    loop_ref = weakref.ref(loop)
-    del loop
-    gc.collect()
-    assert loop_ref() is None
+    assert loop_gone_after(use)
     assert redis_client.exists(lock_key("loops")) == 0
 
 
@@ -432,12 +438,5 @@ def test_a_closed_event_loop_is_not_kept_alive_by_a_hold_it_never_released(
     async def take():
         assert await lock.aacquire()
 
-    loop = asyncio.new_event_loop()
-    loop.run_until_complete(take())
-    loop.run_until_complete(loop.shutdown_asyncgens())
-    loop.close()
-    loop_ref = weakref.ref(loop)
-    del loop
-    gc.collect()
-    assert loop_ref() is None
+    assert loop_gone_after(take)
     redis_client.delete(lock_key("left-behind"))
