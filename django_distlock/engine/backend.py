@@ -139,6 +139,7 @@ class Backend:
         self._closers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
             weakref.WeakKeyDictionary()
         )
+        self._watched: Callable[[], Any] = _nothing
         _backends.add(self)
 
     def __repr__(self) -> str:
@@ -180,10 +181,19 @@ class Backend:
     async def atopology(self) -> Topology:
         """Async twin of :meth:`topology` (and the running loop's connections are closed
         when the loop shuts down)."""
+        topology = self.loop_topology()
+        if topology is None:
+            topology = self._topology
+            await self._read_slots_async(topology)  # type: ignore[arg-type]
+        return topology
+
+    def loop_topology(self) -> Topology | None:
+        """:meth:`atopology` when it needs no I/O (else ``None``): the common case, without
+        a coroutine."""
         self.watch_loop()
         topology = self._topology
-        if isinstance(topology, Cluster) and not topology.mapped:
-            await self._read_slots_async(topology)
+        if type(topology) is Cluster and not topology.mapped:
+            return None
         return topology
 
     def node_failed(self, node: Node) -> None:
@@ -242,13 +252,14 @@ class Backend:
         anyway when the loop shuts down through ``asyncio.run``)."""
         loop = asyncio.get_running_loop()
         for node in self._all_nodes():
-            pool = node._async_pools.pop(loop, None)
+            pool = node.drop_async_pool(loop)
             if pool is not None:
                 await pool.close()
         # Dropped last: once dropped, the closer's finalizer takes the pools still there
         # and closes them in a task of its own, which a loop ending soon after would
         # never let finish.
         self._closers.pop(loop, None)
+        self._watched = _nothing
 
     def _all_nodes(self) -> list[Node]:
         return self._topology.known_nodes()
@@ -256,8 +267,13 @@ class Backend:
     def watch_loop(self) -> None:
         """Make sure the running loop's connections are closed when it shuts down."""
         loop = asyncio.get_running_loop()
+        if self._watched() is loop:
+            return
         if loop not in self._closers:
             self._closers[loop] = _close_at_loop_shutdown(self, loop)
+        # The last loop seen, checked without the weak dictionary's weak reference per
+        # call (every async request asks).
+        self._watched = weakref.ref(loop)
 
     def _forget_after_fork(self) -> None:
         # The parent's connections stay the parent's: they are neither used nor closed
@@ -265,6 +281,7 @@ class Backend:
         _inherited.append([node.forget_connections() for node in self._all_nodes()])
         self._lock = threading.Lock()
         self._closers = weakref.WeakKeyDictionary()
+        self._watched = _nothing
 
     def emit(self, event: Event) -> None:
         """Tell the observer about ``event``; never raises."""
@@ -277,6 +294,10 @@ class Backend:
             observer(event)
         except Exception:
             logger.exception("django-distlock observer failed on %s event", event.kind)
+
+
+def _nothing() -> None:
+    return None
 
 
 def _close_at_loop_shutdown(
@@ -305,7 +326,7 @@ def _close_at_loop_shutdown(
             if registry is not None:
                 registry.pop(loop, None)
             for node in topology.known_nodes():
-                pool = node._async_pools.pop(loop, None)
+                pool = node.drop_async_pool(loop)
                 if pool is not None:
                     await pool.close()
 

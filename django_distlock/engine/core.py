@@ -353,7 +353,6 @@ def acquire_steps(
     held as another kind raises ``LockError``.
     """
     waiter = token[:16] if blocking else ""
-    wait_keys = (keys.wake(waiter),) if fair else (keys.wake(waiter), keys.signal)
     liveness_ms = tuning.waiter_liveness_ms
     if mode == EXCLUSIVE:
         script, all_keys, member, extra = ACQUIRE, keys.all(waiter), name, ()
@@ -373,7 +372,6 @@ def acquire_steps(
         "",
         *extra,
     )
-    ending_args = (*args[:8], "1", *extra)
     queued_as = waiter if fair else ""
     waiting = False  # a BLPOP is outstanding
     consumed = False  # a wake-up reached us that we did not turn into the lock
@@ -389,6 +387,7 @@ def acquire_steps(
                 # The holder's lease (or the re-check interval) is over: try again, and
                 # end the BLPOP in the same round trip.
                 waiting = False
+                ending_args = (*args[:8], "1", *args[9:])  # ARGV[9]: end the wait
                 reply, woken = yield CallEndingWait(Call(script, all_keys, ending_args, replicas))
                 consumed = consumed or woken
             else:
@@ -426,7 +425,6 @@ def acquire_steps(
                 # takes us off that list.
                 writer = True
                 args = (*args[:9], "1")
-                ending_args = (*ending_args[:9], "1")
             if reply[2] and reply[2] not in (waiter, waiter.encode()):
                 yield from _wake(keys, reply[2], liveness_ms)
             remaining = math.inf if deadline is None else deadline - time.monotonic()
@@ -437,7 +435,8 @@ def acquire_steps(
                 timer_fired = consumed = False
                 continue
             if not waiting:
-                yield StartWait(wait_keys)
+                own = keys.wake(waiter)
+                yield StartWait((own,) if fair else (own, keys.signal))
                 waiting = True
                 consumed = False
             # The PTTL counts from when the script ran, so the timer counts from when it

@@ -15,7 +15,6 @@ decided once, in :func:`.topology.redirect_of`.
 from __future__ import annotations
 
 import asyncio
-import functools
 import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -109,34 +108,52 @@ def pack(command: Sequence[Any]) -> bytes:
     return b"*%d\r\n" % len(command) + _pack_items(command)
 
 
-# Packed ``EVALSHA <sha>`` by script, and packed arguments: a lock's keys and most of its
-# arguments are the same at every call (tokens are not: the LRU cache lets them go first).
+# Packed ``EVALSHA <sha>`` by script, and packed arguments and key lists: a lock's keys
+# and most of its arguments are the same at every call. Plain dictionaries, emptied when
+# full, rather than LRU caches: a lookup is the whole cost of packing a cached argument,
+# and tokens (new at every acquire, needed once more by its release) pass through.
 _HEADS: dict[str, bytes] = {}
+_COUNTS = tuple(b"*%d\r\n" % count for count in range(64))  # scripts take fewer arguments
+_ARGS: dict[str | int | bytes, bytes] = {}
+_KEYS: dict[tuple[str, ...], bytes] = {}
+_CACHED = 4096
 
 
-@functools.lru_cache(maxsize=4096, typed=True)
 def _packed(arg: str | int | bytes) -> bytes:
-    data = arg.encode() if type(arg) is str else arg if type(arg) is bytes else str(arg).encode()
-    return b"$%d\r\n%s\r\n" % (len(data), data)
+    packed = _ARGS.get(arg)
+    if packed is None:
+        # Values equal to an int (bools, whole floats) would share its entry: the engine
+        # sends neither.
+        kind = type(arg)
+        data = arg.encode() if kind is str else arg if kind is bytes else str(arg).encode()
+        packed = b"$%d\r\n%s\r\n" % (len(data), data)
+        if len(_ARGS) >= _CACHED:
+            _ARGS.clear()
+        _ARGS[arg] = packed
+    return packed
 
 
 def pack_call(call: Call) -> bytes:
     """``EVALSHA`` of ``call`` as the bytes of a RESP request (what :func:`pack` makes of
-    it, with the script's name and most arguments packed once and reused)."""
+    it, with the script's name, its keys and most arguments packed once and reused)."""
     sha = call.script.sha
     head = _HEADS.get(sha)
     if head is None:
         head = _HEADS[sha] = _pack_items(("EVALSHA", sha))
     keys, args = call.keys, call.args
-    return b"".join(
-        (
-            b"*%d\r\n" % (3 + len(keys) + len(args)),
-            head,
-            _packed(len(keys)),
-            *map(_packed, keys),
-            *map(_packed, args),
-        )
-    )
+    packed_keys = _KEYS.get(keys)
+    if packed_keys is None:
+        packed_keys = b"".join((_packed(len(keys)), *map(_packed, keys)))
+        if len(_KEYS) >= _CACHED:
+            _KEYS.clear()
+        _KEYS[keys] = packed_keys
+    # Cached arguments are looked up without a Python call each; the others (usually
+    # one: a new token) are packed then.
+    packed_args = [*map(_ARGS.get, args)]
+    while None in packed_args:
+        missing = packed_args.index(None)
+        packed_args[missing] = _packed(args[missing])
+    return b"".join((_COUNTS[3 + len(keys) + len(args)], head, packed_keys, *packed_args))
 
 
 def _pack_items(command: Sequence[Any]) -> bytes:
@@ -516,13 +533,17 @@ class AsyncDriver:
     async def call(self, call: Call) -> Any:
         """Async twin of :meth:`SyncDriver.call`."""
         task, requested = _cancellations()
-        try:
-            reply = (await self._routed(call.keys[0], call))[0]
-        except BACKEND_ERRORS as exc:
-            raise failure(self.name, exc) from exc
+        reply = await self._call(call)
         if not self.finishing:  # a release's caller re-raises it once it is recorded
             _keep_cancellation(task, requested)
         return reply
+
+    async def _call(self, call: Call) -> Any:
+        """:meth:`call` without its cancellation check (:meth:`run` makes its own)."""
+        try:
+            return (await self._routed(call.keys[0], call))[0]
+        except BACKEND_ERRORS as exc:
+            raise failure(self.name, exc) from exc
 
     async def execute(self, key: str, *command: Any) -> Any:
         """Async twin of :meth:`SyncDriver.execute`."""
@@ -536,7 +557,9 @@ class AsyncDriver:
         return reply
 
     async def _routed(self, key: str, request: Call | tuple[Any, ...]) -> tuple[Any, Node]:
-        topology = await self._finished(self.backend.atopology)
+        topology = self.backend.loop_topology()
+        if topology is None:
+            topology = await self._finished(self.backend.atopology)
         node = topology.node_for(key)
         asking = False
         attempt = 0
@@ -587,7 +610,8 @@ class AsyncDriver:
                 reply = await self._reply(connection, pool)
         except ResponseError:
             pool.end(connection)
-            await self._finished(pool.put, connection)
+            if not pool.keep(connection):
+                await self._finished(pool.discard, connection)
             raise
         except BaseException as exc:
             expired = pool.expired(connection)
@@ -597,7 +621,8 @@ class AsyncDriver:
                 raise pool.timed_out() from exc
             raise
         pool.end(connection)
-        await self._finished(pool.put, connection)
+        if not pool.keep(connection):
+            await self._finished(pool.discard, connection)
         return reply
 
     async def _script_on(
@@ -619,16 +644,26 @@ class AsyncDriver:
             return Replicated(reply, int(await self._reply(connection, pool)))
         raise ResponseError("script could not be loaded")  # pragma: no cover
 
-    async def _send(self, connection: Any, data: bytes, pool: AsyncConnectionPool) -> None:
+    def _send(self, connection: Any, data: bytes, pool: AsyncConnectionPool) -> Awaitable[None]:
         """Write ``data`` (packed commands) in one request. A cancelled write sent nothing
         (redis-py closes the connection; writing again reconnects), so a finishing driver
-        writes again (unless the request outlived the pool's timeout)."""
-        await self._finished(connection.send_packed_command, data, expired=(pool, connection))
+        writes again (unless the request outlived the pool's timeout). Plain methods
+        returning what to await, here and in :meth:`_reply`: a coroutine less per step."""
+        # redis-py's health check is a coroutine even when off: skipped then.
+        check_health = bool(connection.health_check_interval)
+        return self._finished(
+            connection.send_packed_command, data, check_health, expired=(pool, connection)
+        )
 
-    async def _reply(self, connection: Any, pool: AsyncConnectionPool) -> Any:
+    def _reply(self, connection: Any, pool: AsyncConnectionPool) -> Awaitable[Any]:
         """The next reply on ``connection``. Read with ``disconnect_on_error=False``: the
         caller closes a connection that failed, and a finishing driver reads on after a
         cancellation (unless the request outlived the pool's timeout)."""
+        if not self.finishing:
+            return connection.read_response(disconnect_on_error=False)
+        return self._reply_finishing(connection, pool)
+
+    async def _reply_finishing(self, connection: Any, pool: AsyncConnectionPool) -> Any:
         while True:
             try:
                 return await connection.read_response(disconnect_on_error=False)
@@ -755,8 +790,8 @@ class AsyncDriver:
                 await completed(self._drop_wait())
 
     async def _do(self, op: Op) -> Any:
-        if isinstance(op, Call):
-            return await self.call(op)
+        if type(op) is Call:
+            return await self._call(op)
         try:
             if isinstance(op, StartWait):
                 return await self._start_wait(op)

@@ -274,10 +274,16 @@ class AsyncConnectionPool:
 
     async def put(self, connection: Any) -> None:
         """Give back a connection whose replies have all been read."""
+        if not self.keep(connection):
+            await connection.disconnect()
+
+    def keep(self, connection: Any) -> bool:
+        """Keep a connection whose replies have all been read for reuse; ``False`` when
+        the pool has idle connections enough (the caller closes it: :meth:`discard`)."""
         if len(self._idle) < self.max_idle:
             self._idle.append(connection)
-            return
-        await connection.disconnect()
+            return True
+        return False
 
     async def discard(self, connection: Any) -> None:
         """Close a connection that may still have a reply in flight (never reused)."""

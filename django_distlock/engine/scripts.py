@@ -331,14 +331,18 @@ RELEASE = Script(
 -- returns 1 when released, {1, head} when released and head, a fair waiter, is for the
 --         caller to wake; 0 when the lock is not held with this token
 """
-    + _is_mine("0")
     + r"""
+-- One read for the lock and the "someone waits" flag (MGET answers nil for a lock held
+-- shared or limited, a sorted set: not ours to release here).
+local read = redis.call('MGET', KEYS[1], KEYS[3])
+local value = read[1]
+if not value or string.sub(value, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\n' then return 0 end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[4], ARGV[2])
 local signal_ms = ARGV[3]
 local woken_head = ''
 """
-    + _WAKE_ONE
+    + _WAKE_ONE.replace("if redis.call('EXISTS', KEYS[3]) == 1 then", "if read[2] then")
     + r"""
 if woken_head == '' then return 1 end
 return {1, woken_head}

@@ -89,10 +89,25 @@ class ConnectionSource:
         return self._async
 
 
+def _no_loop() -> None:
+    return None
+
+
+_NO_LAST_POOL: tuple[Callable[[], Any], AsyncConnectionPool | None] = (_no_loop, None)
+
+
 class Node:
     """One server (a primary) and the engine's connections to it."""
 
-    __slots__ = ("__weakref__", "_async_pools", "_lock", "_pool", "address", "source")
+    __slots__ = (
+        "__weakref__",
+        "_async_pools",
+        "_last_async",
+        "_lock",
+        "_pool",
+        "address",
+        "source",
+    )
 
     def __init__(self, address: tuple[str, int] | None, source: ConnectionSource) -> None:
         self.address = address
@@ -102,6 +117,9 @@ class Node:
         self._async_pools: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, AsyncConnectionPool
         ] = weakref.WeakKeyDictionary()
+        # The last loop's pool, looked up without the weak dictionary's own weak reference
+        # per call (a lock's request asks for it twice per cycle).
+        self._last_async: tuple[Callable[[], Any], AsyncConnectionPool | None] = _NO_LAST_POOL
 
     def __repr__(self) -> str:
         where = "%s:%s" % self.address if self.address else "(resolved on connect)"  # noqa: UP031
@@ -128,13 +146,22 @@ class Node:
     def async_pool(self) -> AsyncConnectionPool:
         """The async connections to this node, for the running event loop."""
         loop = asyncio.get_running_loop()
+        last_loop, pool = self._last_async
+        if pool is not None and last_loop() is loop:
+            return pool
         pool = self._async_pools.get(loop)
         if pool is None:
             connection_class, kwargs = self.source.async_settings()
             pool = self._async_pools[loop] = AsyncConnectionPool(
                 connection_class, self._kwargs(kwargs)
             )
+        self._last_async = (weakref.ref(loop), pool)
         return pool
+
+    def drop_async_pool(self, loop: asyncio.AbstractEventLoop) -> AsyncConnectionPool | None:
+        """Forget ``loop``'s pool (closing it is the caller's); returns it, if any."""
+        self._last_async = _NO_LAST_POOL
+        return self._async_pools.pop(loop, None)
 
     def async_pools(self) -> list[AsyncConnectionPool]:
         """Every loop's pool (to close them)."""
@@ -147,6 +174,7 @@ class Node:
         self._lock = threading.Lock()
         self._pool = None
         self._async_pools = weakref.WeakKeyDictionary()
+        self._last_async = _NO_LAST_POOL
         return dropped
 
     def drop_idle(self) -> None:

@@ -41,10 +41,12 @@ def test_a_packed_call_is_the_request_redis_py_would_send():
             assert pack(("EVALSHA", TTL.sha, 2, *keys, *args)) == expected
 
 
-def test_the_cache_of_packed_arguments_is_bounded():
+def test_the_caches_of_packed_arguments_and_keys_are_bounded():
     for n in range(5_000):  # a token per acquire: more than the cache holds
-        pack_call(Call(TTL, ("k",), (f"token-{n}",)))
-    assert io._packed.cache_info().currsize <= io._packed.cache_info().maxsize == 4096
+        call = Call(TTL, (f"k{n}",), (f"token-{n}",))
+        assert pack_call(call) == redis_py_request("EVALSHA", TTL.sha, 1, f"k{n}", f"token-{n}")
+    assert 0 < len(io._ARGS) <= io._CACHED == 4096
+    assert 0 < len(io._KEYS) <= io._CACHED
 
 
 # -- scripts are loaded when the server does not know them ------------------------------
