@@ -354,10 +354,15 @@ def acquire_steps(
     """
     waiter = token[:16] if blocking else ""
     liveness_ms = tuning.waiter_liveness_ms
+    # The caller's own wake-up list (KEYS[7]) only matters to the calls that end its wait
+    # or take it off the queue (`own_keys`); plain attempts name the shared signal list
+    # there instead, so that their keys (and how they are packed) are the same each time.
     if mode == EXCLUSIVE:
-        script, all_keys, member, extra = ACQUIRE, keys.all(waiter), name, ()
+        script, attempt_keys, member, extra = ACQUIRE, keys.all(), name, ()
+        own_keys = keys.all(waiter) if waiter else attempt_keys
     else:
-        script, all_keys = HOLDER_ACQUIRE, keys.of_holders(waiter)
+        script, attempt_keys = HOLDER_ACQUIRE, keys.of_holders()
+        own_keys = keys.of_holders(waiter) if waiter else attempt_keys
         member = holder_member(name, token)
         extra = (kind_label(mode, limit), limit if mode == LIMITED else 0)
     args = (
@@ -388,10 +393,10 @@ def acquire_steps(
                 # end the BLPOP in the same round trip.
                 waiting = False
                 ending_args = (*args[:8], "1", *args[9:])  # ARGV[9]: end the wait
-                reply, woken = yield CallEndingWait(Call(script, all_keys, ending_args, replicas))
+                reply, woken = yield CallEndingWait(Call(script, own_keys, ending_args, replicas))
                 consumed = consumed or woken
             else:
-                reply = yield Call(script, all_keys, args, replicas)
+                reply = yield Call(script, attempt_keys, args, replicas)
             acknowledged = None
             if type(reply) is Replicated:
                 reply, acknowledged = reply.reply, reply.acknowledged
@@ -463,16 +468,16 @@ def acquire_steps(
                 waiting = False
                 handed_on = "1" if consumed else "0"
                 reply, woken = yield CallEndingWait(
-                    Call(PASS_ON, all_keys, (queued_as, liveness_ms, handed_on, "1", writer_id))
+                    Call(PASS_ON, own_keys, (queued_as, liveness_ms, handed_on, "1", writer_id))
                 )
                 yield from _wake(keys, reply[1], liveness_ms)
                 if woken:
-                    reply = yield Call(PASS_ON, all_keys, ("", liveness_ms, "1", "", ""))
+                    reply = yield Call(PASS_ON, own_keys, ("", liveness_ms, "1", "", ""))
                     yield from _wake(keys, reply[1], liveness_ms)
             elif consumed or enqueued or writer:
                 handed_on = "1" if consumed else "0"
                 reply = yield Call(
-                    PASS_ON, all_keys, (queued_as, liveness_ms, handed_on, "", writer_id)
+                    PASS_ON, own_keys, (queued_as, liveness_ms, handed_on, "", writer_id)
                 )
                 yield from _wake(keys, reply[1], liveness_ms)
         except LockError:

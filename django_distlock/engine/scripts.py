@@ -116,7 +116,8 @@ _KEYS_DOC = r"""
 -- KEYS[1] lock          KEYS[2] fence counter   KEYS[3] "someone waits" flag
 -- KEYS[4] the bucket's listing index  KEYS[5] fair queue (list of waiter ids)
 -- KEYS[6] fair waiters' liveness deadlines (zset, server ms)
--- KEYS[7] the caller's own wake-up list (the shared signal list when it does not wait)
+-- KEYS[7] the caller's own wake-up list, for calls that end its wait or its place in
+--         the queue (else the shared signal list: it is not touched then)
 -- KEYS[8] shared wake-up list of unfair waiters
 -- KEYS[9] holders of a shared or limited lock (hash)  KEYS[10] waiting writers (zset)
 """

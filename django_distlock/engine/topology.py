@@ -285,7 +285,10 @@ class Cluster(Topology):
 
     def seed_nodes(self) -> list[Node]:
         """Nodes to read the slot map from: the known primaries first, then the seeds."""
-        known = [node for node in self._nodes.values() if node in set(self._slots)]
+        # Snapshots (list() copies without letting another thread run): threads reading
+        # the slot map at once add nodes meanwhile.
+        primaries = set(self._slots)
+        known = [node for node in list(self._nodes.values()) if node in primaries]
         return known + [self.node_at(*seed) for seed in self.seeds]
 
     def load_slots(self, reply: Sequence[Any]) -> None:
@@ -322,7 +325,7 @@ class Cluster(Topology):
         return list(self._nodes.values())
 
     def forget_connections(self) -> list[Any]:
-        return [node.forget_connections() for node in self._nodes.values()]
+        return [node.forget_connections() for node in list(self._nodes.values())]
 
 
 def redirect_of(

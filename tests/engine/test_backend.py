@@ -7,6 +7,7 @@ import logging
 import math
 import os
 import socket
+import sys
 import threading
 import time
 
@@ -408,3 +409,38 @@ def test_emit_stamps_the_time_and_keeps_a_given_one(recorder):
     backend.emit(Event("released", **common, at=123.0))
     assert abs(recorder.events[0].at - time.time()) < 5
     assert recorder.events[1].at == 123.0
+
+
+def test_threads_reading_a_new_cluster_slot_map_at_once_do_not_trip_over_each_other(
+    cluster_setup,
+):
+    """Threads taking their first locks on a new cluster backend at once all read the slot
+    map, each adding the nodes it learns of while the others list the known ones
+    (regression: "dictionary changed size during iteration" failed a first acquire).
+    The GIL changes hands as often as it can, to let the threads interleave."""
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    errors: list[BaseException] = []
+    try:
+        for _ in range(25):
+            backend = Backend(cluster=cluster_setup.urls)
+            start = threading.Barrier(12)
+
+            def first(number: int, backend: Backend = backend, start: threading.Barrier = start):
+                start.wait(timeout=10)
+                try:
+                    lock = Lock(f"first:{number}", backend=backend, auto_renew=False)
+                    assert lock.acquire(blocking=False)
+                    lock.release()
+                except BaseException as exc:  # collected for the assertion below
+                    errors.append(exc)
+
+            threads = [threading.Thread(target=first, args=(number,)) for number in range(12)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+            backend.close()
+    finally:
+        sys.setswitchinterval(switch_interval)
+    assert errors == []

@@ -204,20 +204,30 @@ async def test_fair_waiter_gets_a_lock_freed_by_expiry(api, backend):
     assert at - deadline_of(holder) < PROMPT
 
 
-def test_fair_lock_serves_looping_contenders_round_robin(backend):
+def test_fair_lock_serves_looping_contenders_round_robin(backend, redis_client):
     # A holder that releases and re-acquires at once queues behind the waiters already
     # there (regression: the queue was invisible to acquire, so fair locks barged).
+    # Counting who got the lock how often measured the GIL more than the lock: a fair
+    # lock serves those in its queue, and a thread kept off the GIL (once for 30 ms after
+    # its reply had arrived) is in none, while another rightly takes the lock again and
+    # again. So each thread looks at the queue after its release: when somebody was
+    # queued then, the next holder is never the same thread.
+    queue = keys_of("fair:loop").queue
     counts: collections.Counter[int] = collections.Counter()
-    order: list[int] = []
+    order: list[tuple[int, bool]] = []  # (worker, somebody was queued at its last release)
+    start = threading.Barrier(4)
     stop = time.monotonic() + 1.5
 
     def contend(worker: int) -> None:
         lock = Lock("fair:loop", backend=backend, timeout=10, fair=True)
+        queued_at_release = False
+        start.wait(timeout=10)
         while time.monotonic() < stop:
             assert lock.acquire(blocking_timeout=5)
-            order.append(worker)
+            order.append((worker, queued_at_release))
             counts[worker] += 1
             lock.release()
+            queued_at_release = redis_client.llen(queue) > 0
 
     threads = [threading.Thread(target=contend, args=(i,)) for i in range(4)]
     for thread in threads:
@@ -225,11 +235,16 @@ def test_fair_lock_serves_looping_contenders_round_robin(backend):
     for thread in threads:
         thread.join()
 
-    assert len(counts) == 4
-    busiest, idlest = max(counts.values()), min(counts.values())
-    assert (busiest - idlest) / busiest < 0.2, counts
-    repeats = sum(1 for a, b in itertools.pairwise(order) if a == b)
-    assert repeats < len(order) * 0.1, f"{repeats} immediate re-acquisitions in {len(order)}"
+    assert len(counts) == 4, counts
+    assert min(counts.values()) >= 10, counts
+    barged = [
+        index
+        for index, ((before, _), (after, queued)) in enumerate(itertools.pairwise(order))
+        if before == after and queued
+    ]
+    assert barged == [], f"{len(barged)} of {len(order)} re-acquired with others queued"
+    # Somebody was queued at most releases: the check above had work to do.
+    assert sum(queued for _, queued in order) > len(order) / 2
 
 
 # -- many waiters -----------------------------------------------------------------------
