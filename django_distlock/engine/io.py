@@ -113,7 +113,8 @@ def pack(command: Sequence[Any]) -> bytes:
 # full, rather than LRU caches: a lookup is the whole cost of packing a cached argument,
 # and tokens (new at every acquire, needed once more by its release) pass through.
 _HEADS: dict[str, bytes] = {}
-_COUNTS = tuple(b"*%d\r\n" % count for count in range(64))  # scripts take fewer arguments
+# Argument counts of most script calls (listing every bucket takes hundreds of keys).
+_COUNTS = tuple(b"*%d\r\n" % count for count in range(64))
 _ARGS: dict[str | int | bytes, bytes] = {}
 _KEYS: dict[tuple[str, ...], bytes] = {}
 _CACHED = 4096
@@ -153,7 +154,9 @@ def pack_call(call: Call) -> bytes:
     while None in packed_args:
         missing = packed_args.index(None)
         packed_args[missing] = _packed(args[missing])
-    return b"".join((_COUNTS[3 + len(keys) + len(args)], head, packed_keys, *packed_args))
+    count = 3 + len(keys) + len(args)
+    header = _COUNTS[count] if count < len(_COUNTS) else b"*%d\r\n" % count
+    return b"".join((header, head, packed_keys, *packed_args))
 
 
 def _pack_items(command: Sequence[Any]) -> bytes:

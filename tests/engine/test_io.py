@@ -41,6 +41,14 @@ def test_a_packed_call_is_the_request_redis_py_would_send():
             assert pack(("EVALSHA", TTL.sha, 2, *keys, *args)) == expected
 
 
+def test_a_call_with_hundreds_of_keys_is_packed_as_redis_py_would():
+    # Listing every bucket of a single server takes two keys per bucket.
+    keys = tuple(f"p:{{{n:02x}}}:index" for n in range(256)) * 2
+    assert pack_call(Call(TTL, keys, ("*",))) == redis_py_request(
+        "EVALSHA", TTL.sha, len(keys), *keys, "*"
+    )
+
+
 def test_the_caches_of_packed_arguments_and_keys_are_bounded():
     for n in range(5_000):  # a token per acquire: more than the cache holds
         call = Call(TTL, (f"k{n}",), (f"token-{n}",))
