@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
 import weakref
-from collections.abc import AsyncGenerator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,6 +20,7 @@ from . import process
 from .core import EXCLUSIVE
 from .exceptions import LockError
 from .keys import validate_prefix, validate_replicas, validate_seconds
+from .loops import LastLoop, close_at_loop_shutdown
 from .pools import async_connection_kwargs, connection_settings
 from .topology import Cluster, ConnectionSource, Node, SingleServer, Topology
 from .tuning import Tuning
@@ -139,7 +139,7 @@ class Backend:
         self._closers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Any] = (
             weakref.WeakKeyDictionary()
         )
-        self._watched: Callable[[], Any] = _nothing
+        self._watched: LastLoop[bool] = LastLoop()
         _backends.add(self)
 
     def __repr__(self) -> str:
@@ -259,7 +259,7 @@ class Backend:
         # and closes them in a task of its own, which a loop ending soon after would
         # never let finish.
         self._closers.pop(loop, None)
-        self._watched = _nothing
+        self._watched.forget()
 
     def _all_nodes(self) -> list[Node]:
         return self._topology.known_nodes()
@@ -267,13 +267,12 @@ class Backend:
     def watch_loop(self) -> None:
         """Make sure the running loop's connections are closed when it shuts down."""
         loop = asyncio.get_running_loop()
-        if self._watched() is loop:
+        if self._watched.get(loop):
             return
         if loop not in self._closers:
-            self._closers[loop] = _close_at_loop_shutdown(self, loop)
-        # The last loop seen, checked without the weak dictionary's weak reference per
-        # call (every async request asks).
-        self._watched = weakref.ref(loop)
+            topology = self._topology
+            self._closers[loop] = close_at_loop_shutdown(topology.known_nodes, self._closers, loop)
+        self._watched.remember(loop, True)
 
     def _forget_after_fork(self) -> None:
         # The parent's connections stay the parent's: they are neither used nor closed
@@ -281,7 +280,7 @@ class Backend:
         _inherited.append([node.forget_connections() for node in self._all_nodes()])
         self._lock = threading.Lock()
         self._closers = weakref.WeakKeyDictionary()
-        self._watched = _nothing
+        self._watched.forget()
 
     def emit(self, event: Event) -> None:
         """Tell the observer about ``event``; never raises."""
@@ -294,48 +293,6 @@ class Backend:
             observer(event)
         except Exception:
             logger.exception("django-distlock observer failed on %s event", event.kind)
-
-
-def _nothing() -> None:
-    return None
-
-
-def _close_at_loop_shutdown(
-    backend: Backend, loop: asyncio.AbstractEventLoop
-) -> AsyncGenerator[None, None]:
-    """Close ``backend``'s connections of ``loop`` when the loop shuts down.
-
-    Asyncio connections belong to one loop and must be closed on it. An event loop has
-    no shutdown callback, but ``shutdown_asyncgens()`` (called by ``asyncio.run`` and by
-    test runners) closes every async generator started on it, so we start one whose
-    ``finally`` does the clean-up. It holds the topology, not the backend: a backend
-    dropped before its loop ends still has its connections closed (the loop finalizes
-    the generator once nothing else references it). The backend keeps the generator
-    referenced while it lives.
-    """
-    topology = backend.topology_now()
-    closers = weakref.ref(backend._closers)
-
-    async def closer() -> AsyncGenerator[None, None]:
-        try:
-            yield
-        finally:
-            # These entries reference the loop they are keyed by: drop them, or neither
-            # they nor the loop could ever be collected.
-            registry = closers()
-            if registry is not None:
-                registry.pop(loop, None)
-            for node in topology.known_nodes():
-                pool = node.drop_async_pool(loop)
-                if pool is not None:
-                    await pool.close()
-
-    generator = closer()
-    # Run it to its first `yield` without awaiting (it awaits nothing before), which
-    # registers it with the running loop's async-generator hooks.
-    with contextlib.suppress(StopIteration):
-        generator.asend(None).send(None)
-    return generator
 
 
 def _client_source(

@@ -26,6 +26,7 @@ from redis.crc import key_slot
 from redis.exceptions import AskError, MovedError, ResponseError, TryAgainError
 
 from .exceptions import LockError
+from .loops import LastLoop
 from .pools import AsyncConnectionPool, ConnectionPool
 
 __all__ = [
@@ -89,13 +90,6 @@ class ConnectionSource:
         return self._async
 
 
-def _no_loop() -> None:
-    return None
-
-
-_NO_LAST_POOL: tuple[Callable[[], Any], AsyncConnectionPool | None] = (_no_loop, None)
-
-
 class Node:
     """One server (a primary) and the engine's connections to it."""
 
@@ -117,9 +111,7 @@ class Node:
         self._async_pools: weakref.WeakKeyDictionary[
             asyncio.AbstractEventLoop, AsyncConnectionPool
         ] = weakref.WeakKeyDictionary()
-        # The last loop's pool, looked up without the weak dictionary's own weak reference
-        # per call (a lock's request asks for it twice per cycle).
-        self._last_async: tuple[Callable[[], Any], AsyncConnectionPool | None] = _NO_LAST_POOL
+        self._last_async: LastLoop[AsyncConnectionPool] = LastLoop()
 
     def __repr__(self) -> str:
         where = "%s:%s" % self.address if self.address else "(resolved on connect)"  # noqa: UP031
@@ -146,8 +138,8 @@ class Node:
     def async_pool(self) -> AsyncConnectionPool:
         """The async connections to this node, for the running event loop."""
         loop = asyncio.get_running_loop()
-        last_loop, pool = self._last_async
-        if pool is not None and last_loop() is loop:
+        pool = self._last_async.get(loop)
+        if pool is not None:
             return pool
         pool = self._async_pools.get(loop)
         if pool is None:
@@ -155,12 +147,12 @@ class Node:
             pool = self._async_pools[loop] = AsyncConnectionPool(
                 connection_class, self._kwargs(kwargs)
             )
-        self._last_async = (weakref.ref(loop), pool)
+        self._last_async.remember(loop, pool)
         return pool
 
     def drop_async_pool(self, loop: asyncio.AbstractEventLoop) -> AsyncConnectionPool | None:
         """Forget ``loop``'s pool (closing it is the caller's); returns it, if any."""
-        self._last_async = _NO_LAST_POOL
+        self._last_async.forget()
         return self._async_pools.pop(loop, None)
 
     def async_pools(self) -> list[AsyncConnectionPool]:
@@ -174,7 +166,7 @@ class Node:
         self._lock = threading.Lock()
         self._pool = None
         self._async_pools = weakref.WeakKeyDictionary()
-        self._last_async = _NO_LAST_POOL
+        self._last_async.forget()
         return dropped
 
     def drop_idle(self) -> None:

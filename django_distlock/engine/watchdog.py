@@ -45,6 +45,7 @@ from . import process
 from .exceptions import LockError
 from .hold import Hold
 from .io import AsyncDriver, SyncDriver
+from .loops import LastLoop
 from .renewal import (
     abandoned_reason,
     abandoned_release_call,
@@ -393,36 +394,29 @@ def thread_watchdog() -> ThreadWatchdog:
 
 def loop_watchdog() -> LoopWatchdog:
     """The running event loop's watchdog for async holders."""
-    global _last_loop_watchdog
     loop = asyncio.get_running_loop()
-    last_loop, watchdog = _last_loop_watchdog
-    if watchdog is not None and last_loop() is loop:
+    watchdog = _last_loop_watchdog.get(loop)
+    if watchdog is not None:
         return watchdog
     watchdog = _loop_watchdogs.get(loop)
     if watchdog is None:
         watchdog = _loop_watchdogs[loop] = LoopWatchdog()
-    # The last loop's, found without a weak-dictionary lookup (one per async acquire).
-    _last_loop_watchdog = (weakref.ref(loop), watchdog)
+    _last_loop_watchdog.remember(loop, watchdog)
     return watchdog
 
 
-def _no_loop() -> None:
-    return None
-
-
-_last_loop_watchdog: tuple[Callable[[], Any], LoopWatchdog | None] = (_no_loop, None)
+_last_loop_watchdog: LastLoop[LoopWatchdog] = LastLoop()
 
 
 def _forget_after_fork() -> None:
     # A forked child holds none of its parent's locks and has none of its threads.
     global _notifier, _notifier_lock, _thread_watchdog, _thread_watchdog_lock, _loop_watchdogs
-    global _last_loop_watchdog
     _notifier = None
     _notifier_lock = threading.Lock()
     _thread_watchdog = None
     _thread_watchdog_lock = threading.Lock()
     _loop_watchdogs = weakref.WeakKeyDictionary()
-    _last_loop_watchdog = (_no_loop, None)
+    _last_loop_watchdog.forget()
 
 
 process.forget_after_fork(_forget_after_fork)
