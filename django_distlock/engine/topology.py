@@ -332,6 +332,10 @@ def redirect_of(
         if time.monotonic() - started >= TRYAGAIN_BUDGET:
             return None
         return Redirect(topology.node_for(key), delay=TRYAGAIN_DELAY)
+    if isinstance(error, MovedError):  # before AskError: redis-py derives it from AskError
+        if attempt >= MAX_REDIRECTS:
+            return None
+        return Redirect(topology.moved(key, error.host, error.port))
     if isinstance(error, AskError):
         # While a migration has a slot's keys split, the source answers ASK and the target
         # TRYAGAIN, in turn: past MAX_REDIRECTS that is a wait for the move, paced and
@@ -342,8 +346,4 @@ def redirect_of(
                 return None
             delay = TRYAGAIN_DELAY
         return Redirect(topology.asked(error.host, error.port), asking=True, delay=delay)
-    if attempt >= MAX_REDIRECTS:
-        return None
-    if isinstance(error, MovedError):
-        return Redirect(topology.moved(key, error.host, error.port))
     return None
