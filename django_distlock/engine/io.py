@@ -35,6 +35,7 @@ from .core import AwaitWait, Call, CallEndingWait, Op, Replicated, StartWait
 from .exceptions import LockBackendError, LockBackendUnavailable, LockError
 from .pools import AsyncConnectionPool
 from .topology import Node, redirect_of
+from .wire import direct, read_reply, write
 
 if TYPE_CHECKING:
     from .backend import Backend
@@ -607,7 +608,9 @@ class AsyncDriver:
                 reply = await self._script_on(connection, request, asking, pool)
             else:
                 commands = [("ASKING",), request] if asking else [request]
-                await self._send(connection, b"".join(map(pack, commands)), pool)
+                sent = self._send(connection, b"".join(map(pack, commands)), pool)
+                if sent is not None:
+                    await sent
                 if asking:
                     await self._reply(connection, pool)
                 reply = await self._reply(connection, pool)
@@ -633,7 +636,9 @@ class AsyncDriver:
     ) -> Any:
         """Async twin of :func:`_script_on`."""
         for by_sha in (True, False):
-            await self._send(connection, _request(call, by_sha=by_sha, asking=asking), pool)
+            request = _request(call, by_sha=by_sha, asking=asking)
+            if (sent := self._send(connection, request, pool)) is not None:
+                await sent
             if asking:
                 await self._reply(connection, pool)
             try:
@@ -647,11 +652,17 @@ class AsyncDriver:
             return Replicated(reply, int(await self._reply(connection, pool)))
         raise ResponseError("script could not be loaded")  # pragma: no cover
 
-    def _send(self, connection: Any, data: bytes, pool: AsyncConnectionPool) -> Awaitable[None]:
-        """Write ``data`` (packed commands) in one request. A cancelled write sent nothing
-        (redis-py closes the connection; writing again reconnects), so a finishing driver
-        writes again (unless the request outlived the pool's timeout). Plain methods
-        returning what to await, here and in :meth:`_reply`: a coroutine less per step."""
+    def _send(
+        self, connection: Any, data: bytes, pool: AsyncConnectionPool
+    ) -> Awaitable[None] | None:
+        """Write ``data`` (packed commands) in one request; what to await, if anything.
+        Directly to the stream when :func:`.wire.direct` allows. A cancelled write sent
+        nothing (redis-py closes the connection; writing again reconnects), so a finishing
+        driver writes again (unless the request outlived the pool's timeout). Plain
+        methods returning what to await, here and in :meth:`_reply`: a coroutine less per
+        step."""
+        if direct(connection):
+            return write(connection, data, self._keep_on(connection, pool))
         # redis-py's health check is a coroutine even when off: skipped then.
         check_health = bool(connection.health_check_interval)
         return self._finished(
@@ -662,9 +673,18 @@ class AsyncDriver:
         """The next reply on ``connection``. Read with ``disconnect_on_error=False``: the
         caller closes a connection that failed, and a finishing driver reads on after a
         cancellation (unless the request outlived the pool's timeout)."""
+        if direct(connection):
+            return read_reply(connection, self._keep_on(connection, pool))
         if not self.finishing:
             return connection.read_response(disconnect_on_error=False)
         return self._reply_finishing(connection, pool)
+
+    def _keep_on(self, connection: Any, pool: AsyncConnectionPool) -> Callable[[], bool] | None:
+        """For a finishing driver: while to carry a direct request on ``connection``
+        through cancellations (until the request outlives the pool's timeout)."""
+        if not self.finishing:
+            return None
+        return lambda: not pool.expired(connection)
 
     async def _reply_finishing(self, connection: Any, pool: AsyncConnectionPool) -> Any:
         while True:
