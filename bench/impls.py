@@ -47,12 +47,29 @@ class CountingConnection(redis.connection.Connection):
 
 
 class AsyncCountingConnection(redis.asyncio.connection.Connection):
-    """The async twin of :class:`CountingConnection` (same counter)."""
+    """The async twin of :class:`CountingConnection` (same counter). It counts at its
+    stream writer, which redis-py's ``send_packed_command`` and the engine's direct
+    writes (``django_distlock.engine.wire``) both use: a connection class overriding
+    ``send_packed_command`` would keep the engine on redis-py's slower path, as it must
+    for connection classes that write their own way."""
 
-    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        with CountingConnection._lock:
-            CountingConnection.sent += 1
-        await super().send_packed_command(command, check_health)
+    async def _connect(self) -> None:
+        await super()._connect()
+        writer = self._writer
+        write, writelines = writer.write, writer.writelines
+
+        def counted_write(data: Any) -> None:
+            with CountingConnection._lock:
+                CountingConnection.sent += 1
+            write(data)
+
+        def counted_writelines(data: Any) -> None:
+            with CountingConnection._lock:
+                CountingConnection.sent += 1
+            writelines(data)
+
+        writer.write = counted_write  # type: ignore[method-assign]
+        writer.writelines = counted_writelines  # type: ignore[method-assign]
 
 
 def requests_sent() -> int:
