@@ -653,8 +653,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     quick = args.quick
     args.pins = args.pin or list(PLACEMENTS)
-    args.rounds = 5 if quick else 10
-    args.cycles = 300 if quick else 1000
+    # Many short rounds rather than a few long ones: a noisy VM (the scheduler moving
+    # the client and the server between CPUs, neighbours stealing time) changes its
+    # speed over tenths of a second, and the shorter the rounds, the more alike the
+    # conditions of the implementations compared within one round.
+    args.rounds = 10 if quick else 40
+    args.cycles = 150 if quick else 250
     args.warmup = 100 if quick else 300
     args.contended_rounds = 1 if quick else 2
     args.duration = 3.0 if quick else 8.0
