@@ -15,6 +15,7 @@ Trials run on one server or a local cluster (``impls.Target``), interleaved.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -137,7 +138,10 @@ def trial(
     finally:
         for process in (h, w):
             if process.pid is not None and process.is_alive():
-                os.kill(process.pid, signal.SIGKILL)
+                # It may end between the check and the kill (a holder that failed
+                # returns): not an error of the benchmark.
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(process.pid, signal.SIGKILL)
             if process.pid is not None:
                 process.join(timeout=10)
 
