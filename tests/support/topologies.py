@@ -529,7 +529,14 @@ class SentinelSetup(_Topology):
         sync; with ``demote=False`` a test can watch that window.
         """
         old = self._primary
-        _ask(self.sentinel_servers[0], "SENTINEL", "FAILOVER", self.service_name)
+        # A Sentinel refuses ("INPROG") while its previous failover has not ended, which
+        # it decides by itself a little after the servers were reconfigured: asked again.
+        _wait_for(
+            lambda: _ask(self.sentinel_servers[0], "SENTINEL", "FAILOVER", self.service_name),
+            timeout=timeout or self.timeout,
+            what=f"SENTINEL FAILOVER {self.service_name} accepted",
+            servers=self.servers,
+        )
         seconds = self.wait_for_failover(old, timeout)
         if demote:
             old.replicate(self._primary)
