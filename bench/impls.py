@@ -41,8 +41,7 @@ class CountingConnection(redis.connection.Connection):
     _lock = threading.Lock()
 
     def send_packed_command(self, command: Any, check_health: bool = True) -> None:
-        with CountingConnection._lock:
-            CountingConnection.sent += 1
+        _count_request()
         super().send_packed_command(command, check_health)
 
 
@@ -59,17 +58,20 @@ class AsyncCountingConnection(redis.asyncio.connection.Connection):
         write, writelines = writer.write, writer.writelines
 
         def counted_write(data: Any) -> None:
-            with CountingConnection._lock:
-                CountingConnection.sent += 1
+            _count_request()
             write(data)
 
         def counted_writelines(data: Any) -> None:
-            with CountingConnection._lock:
-                CountingConnection.sent += 1
+            _count_request()
             writelines(data)
 
         writer.write = counted_write  # type: ignore[method-assign]
         writer.writelines = counted_writelines  # type: ignore[method-assign]
+
+
+def _count_request() -> None:
+    with CountingConnection._lock:
+        CountingConnection.sent += 1
 
 
 def requests_sent() -> int:

@@ -15,6 +15,7 @@ decided once, in :func:`.topology.redirect_of`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -35,7 +36,7 @@ from .core import AwaitWait, Call, CallEndingWait, Op, Replicated, StartWait
 from .exceptions import LockBackendError, LockBackendUnavailable, LockError
 from .pools import AsyncConnectionPool
 from .topology import Node, redirect_of
-from .wire import direct, read_reply, write
+from .wire import carried, direct, read_reply, write
 
 if TYPE_CHECKING:
     from .backend import Backend
@@ -677,22 +678,15 @@ class AsyncDriver:
             return read_reply(connection, self._keep_on(connection, pool))
         if not self.finishing:
             return connection.read_response(disconnect_on_error=False)
-        return self._reply_finishing(connection, pool)
+        read = functools.partial(connection.read_response, disconnect_on_error=False)
+        return carried(read, (), self._keep_on(connection, pool))
 
     def _keep_on(self, connection: Any, pool: AsyncConnectionPool) -> Callable[[], bool] | None:
-        """For a finishing driver: while to carry a direct request on ``connection``
-        through cancellations (until the request outlives the pool's timeout)."""
+        """For a finishing driver: while to carry a request on ``connection`` through
+        cancellations (until it outlives the pool's timeout); None for any other."""
         if not self.finishing:
             return None
         return lambda: not pool.expired(connection)
-
-    async def _reply_finishing(self, connection: Any, pool: AsyncConnectionPool) -> Any:
-        while True:
-            try:
-                return await connection.read_response(disconnect_on_error=False)
-            except asyncio.CancelledError:
-                if not self.finishing or pool.expired(connection):
-                    raise
 
     def _finished(
         self,
@@ -705,7 +699,8 @@ class AsyncDriver:
         that cancellation is the timeout of the request on ``expired``'s connection."""
         if not self.finishing:
             return start(*args)
-        return _started_over(start, args, expired)
+        keep_on = _always if expired is None else self._keep_on(expired[1], expired[0])
+        return carried(start, args, keep_on)
 
     # -- pipelines ----------------------------------------------------------------------
 
@@ -951,17 +946,9 @@ def _script_on(connection: Any, call: Call, asking: bool) -> Any:
     raise ResponseError("script could not be loaded")  # pragma: no cover
 
 
-async def _started_over(
-    start: Callable[..., Awaitable[T]],
-    args: tuple[Any, ...],
-    expired: tuple[AsyncConnectionPool, Any] | None,
-) -> T:
-    while True:
-        try:
-            return await start(*args)
-        except asyncio.CancelledError:
-            if expired is not None and expired[0].expired(expired[1]):
-                raise
+def _always() -> bool:
+    """Carry an operation through every cancellation (see :func:`.wire.carried`)."""
+    return True
 
 
 def _cancellations() -> tuple[asyncio.Task[Any] | None, int]:

@@ -43,7 +43,7 @@ except ImportError:  # pragma: no cover - a redis-py without them: always throug
 else:
     _PARSERS = (_AsyncRESP2Parser, _AsyncRESP3Parser)
 
-__all__ = ["SUPPORTED", "direct", "read_reply", "write"]
+__all__ = ["SUPPORTED", "carried", "direct", "read_reply", "write"]
 
 _CLOSED = "Connection closed by server."
 
@@ -91,14 +91,14 @@ except (ImportError, AttributeError):  # pragma: no cover
 
 def direct(connection: Any) -> bool:
     """Whether a request on ``connection`` may be written and read directly now."""
-    parser = connection._parser
     cls = type(connection)
+    # A connection class that writes or reads its own way (Sentinel's checks the replies
+    # of a failed-over primary; tests inject faults) is left to do so.
+    if cls.send_packed_command is not _SEND or cls.read_response is not _READ:
+        return False
+    parser = connection._parser
     return (
-        # A connection class that writes or reads its own way (Sentinel's checks the
-        # replies of a failed-over primary; tests inject faults) is left to do so.
-        cls.send_packed_command is _SEND
-        and cls.read_response is _READ
-        and type(parser) in _DIRECT_PARSERS
+        type(parser) in _DIRECT_PARSERS
         and not parser._chunks
         and not parser._buffer
         and connection._writer is not None
@@ -124,7 +124,7 @@ def write(connection: Any, data: bytes, keep_on: KeepOn = None) -> Awaitable[Non
 
 async def _drained(writer: Any, keep_on: KeepOn) -> None:
     try:
-        await _kept(writer.drain, (), keep_on)
+        await carried(writer.drain, (), keep_on)
     except OSError as exc:
         raise ConnectionError(f"Error while writing to socket: {exc.args}.") from exc
 
@@ -151,9 +151,11 @@ def _where(connection: Any) -> str:
         return repr(connection)
 
 
-async def _kept(start: Callable[..., Awaitable[T]], args: tuple[Any, ...], keep_on: KeepOn) -> T:
-    """``await start(*args)``, started again after a cancellation while ``keep_on()``:
-    the stream's reads are cancellation-safe (a cancelled one consumed nothing)."""
+async def carried(start: Callable[..., Awaitable[T]], args: tuple[Any, ...], keep_on: KeepOn) -> T:
+    """``await start(*args)``, started again after a cancellation while ``keep_on()``
+    (not at all when ``keep_on`` is None), for operations that lose nothing when they are
+    cancelled: the stream's reads (a cancelled one consumed nothing), redis-py's read (it
+    keeps what it had read for the next), anything that sent nothing yet."""
     while True:
         try:
             return await start(*args)
@@ -166,7 +168,7 @@ async def _read(reader: Any, connection: Any, keep_on: KeepOn) -> Any:
     if keep_on is None:
         line = await reader.readline()
     else:
-        line = await _kept(reader.readline, (), keep_on)
+        line = await carried(reader.readline, (), keep_on)
     if line[-2:] != b"\r\n":
         raise ConnectionError(_CLOSED)
     kind = line[0]
@@ -218,7 +220,7 @@ async def _read(reader: Any, connection: Any, keep_on: KeepOn) -> Any:
 
 async def _exactly(reader: Any, size: int, keep_on: KeepOn) -> bytes:
     try:
-        data: bytes = await _kept(reader.readexactly, (size,), keep_on)
+        data: bytes = await carried(reader.readexactly, (size,), keep_on)
     except asyncio.IncompleteReadError as exc:
         raise ConnectionError(_CLOSED) from exc
     return data
