@@ -188,3 +188,93 @@ def test_long_modules_say_why_at_their_top(name):
         f"{path.relative_to(ROOT)} has {lines} lines: split it by concern, or say at its "
         "top why it stays whole (a paragraph starting 'Why this module is long')"
     )
+
+
+# -- redis-py's and asyncio's private names ---------------------------------------------
+
+
+def _names_defined_in_the_package() -> set[str]:
+    """Every ``_name`` the package defines itself: functions, classes, attributes it
+    assigns (``self._x = ...``), slots, keyword arguments and module globals."""
+    defined: set[str] = set()
+    for path in MODULES.values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                defined.add(node.name)
+                for argument in (
+                    (*node.args.args, *node.args.kwonlyargs)
+                    if not isinstance(node, ast.ClassDef)
+                    else ()
+                ):
+                    defined.add(argument.arg)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                defined.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                defined.add(node.id)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                defined.add(node.value)  # __slots__ entries
+    return {name for name in defined if name.startswith("_")}
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def private_uses(defined: set[str]) -> list[str]:
+    """``module:line: what`` for each private name of another library the package
+    reads (an attribute starting with ``_`` that the package never defines itself), and
+    each import of a private module (``redis._parsers``)."""
+    found = []
+    for name, path in sorted(MODULES.items()):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute):
+                attr = node.attr
+                if attr.startswith("_") and not attr.startswith("__") and attr not in defined:
+                    found.append(f"{name}:{node.lineno}: .{attr}")
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                parts = (node.module or "").split(".")
+                if any(_private(part) for part in parts) or any(
+                    _private(alias.name) for alias in node.names
+                ):
+                    found.append(f"{name}:{node.lineno}: from {node.module} import ...")
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if any(_private(part) for part in alias.name.split(".")):
+                        found.append(f"{name}:{node.lineno}: import {alias.name}")
+    return found
+
+
+# Underscored names of other libraries that are theirs to promise, none of them redis-py's
+# or asyncio's (a static check cannot tell whose object an attribute is read from).
+NOT_REDIS_OR_ASYNCIO = {
+    "_meta": "Django's documented Model._meta API",
+    "_replace": "namedtuple's public method",
+    "_state": "Django's model instance state",
+    "_chain": "Django's QuerySet copy",
+    "_live_receivers": "Django's Signal",
+    "_get_current_object": "Celery's task proxy",
+}
+
+
+def test_no_module_reads_a_private_name_of_redis_py_or_asyncio():
+    """The package talks to Redis through redis-py's public API only: a private name
+    (``connection._parser``, ``parser._buffer``, ``redis._parsers``...) can change in any
+    release and silently change which reply a request reads."""
+    assert private_uses(_names_defined_in_the_package() | set(NOT_REDIS_OR_ASYNCIO)) == []
+
+
+def test_the_private_name_check_finds_what_it_looks_for():
+    tree_source = "import redis._parsers\nx = connection._parser\nfrom asyncio import _get\n"
+    path = PACKAGE / "_probe_for_the_private_name_test.py"
+    path.write_text(tree_source)
+    try:
+        MODULES["django_distlock._probe_for_the_private_name_test"] = path
+        found = private_uses(_names_defined_in_the_package() - {"_parser"})
+    finally:
+        del MODULES["django_distlock._probe_for_the_private_name_test"]
+        path.unlink()
+    assert [line for line in found if line.startswith("django_distlock._probe")] == [
+        "django_distlock._probe_for_the_private_name_test:1: import redis._parsers",
+        "django_distlock._probe_for_the_private_name_test:3: from asyncio import ...",
+        "django_distlock._probe_for_the_private_name_test:2: ._parser",
+    ]

@@ -5,15 +5,20 @@ script, start or await a blocking wait) and receive the result. A sync driver an
 async driver (:mod:`django_distlock.engine.io`) carry the steps out, so both worlds run
 the same logic and differ only in how they talk to Redis.
 
+Every script reply that means "taken" is tagged (:func:`taken_reply`), and a reply of
+any other shape is an error, never a hold: a stray integer or ``OK`` cannot be mistaken
+for a lock.
+
 Why this module is long: it is the protocol, and the protocol is one piece. The steps of
-an acquire (every kind), of several names at once, of a release and of the layout claim
-share their wait, wake-up and hand-on rules, and splitting them would put each rule's
-two halves (the waiter's and the releaser's) in different files.
+an acquire (every kind), of several names at once and of a release share their wait,
+wake-up and hand-on rules, and splitting them would put each rule's two halves (the
+waiter's and the releaser's) in different files.
 """
 
 from __future__ import annotations
 
 import contextlib
+import enum
 import json
 import math
 import os
@@ -24,12 +29,11 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
-from .exceptions import LockBackendUnavailable, LockError
+from .exceptions import LockBackendError, LockBackendUnavailable, LockError
 from .hold import Hold
-from .keys import LockKeys, clean_label, legacy_index_key
+from .keys import LockKeys, clean_label
 from .scripts import (
     ACQUIRE,
-    CLAIM_LAYOUT,
     EXTEND,
     HOLDER_ACQUIRE,
     HOLDER_EXTEND,
@@ -46,7 +50,6 @@ from .tuning import Tuning, ms
 
 __all__ = [
     "EXCLUSIVE",
-    "LAYOUT_MARKER",
     "LIMITED",
     "SHARED",
     "Acquired",
@@ -57,12 +60,13 @@ __all__ = [
     "NotAcquired",
     "NotReplicated",
     "Op",
+    "Pause",
     "Replicated",
     "StartWait",
     "Tuning",
+    "Wake",
     "acquire_many_steps",
     "acquire_steps",
-    "claim_layout_steps",
     "extend_call",
     "holder_member",
     "kind_label",
@@ -70,7 +74,9 @@ __all__ = [
     "owner_metadata",
     "release_call",
     "release_steps",
+    "released_reply",
     "replication_report",
+    "taken_reply",
     "ttl_call",
 ]
 
@@ -116,10 +122,11 @@ class StartWait:
 class AwaitWait:
     """Wait up to ``timeout`` seconds for the outstanding ``BLPOP`` to answer.
 
-    The driver sends back ``True`` when it answered with a wake-up (the wait is over)
-    and ``False`` when the time ran out first (the ``BLPOP`` stays outstanding). An
-    answer that is a leftover end-of-wait mark is not a wake-up: the driver sends the
-    ``BLPOP`` again and keeps waiting. Timing this on the client matters: servers time
+    The driver sends back a :class:`Wake`: ``WOKEN`` when it answered with a wake-up
+    (the wait is over), ``TIMER`` when the time ran out first (the ``BLPOP`` stays
+    outstanding), ``INTERRUPTED`` when the server ended it (the wait is over). An answer
+    that is a leftover end-of-wait mark is not a wake-up: the driver sends the ``BLPOP``
+    again and keeps waiting. Timing this on the client matters: servers time
     out blocked clients only on their ``hz`` tick, up to 100 ms late, which would make
     waiters notice an expired holder late.
     """
@@ -138,7 +145,27 @@ class CallEndingWait:
     call: Call
 
 
-Op = Call | StartWait | AwaitWait | CallEndingWait
+@dataclass(slots=True)
+class Pause:
+    """Sleep ``seconds`` (pacing retries while a failover settles)."""
+
+    seconds: float
+
+
+class Wake(enum.Enum):
+    """How an :class:`AwaitWait` ended."""
+
+    WOKEN = "woken"
+    """A release (or a free slot) woke the waiter: try now."""
+    TIMER = "timer"
+    """The waiter's timer ran out first; its ``BLPOP`` is still outstanding."""
+    INTERRUPTED = "interrupted"
+    """The server ended the wait (``UNBLOCKED``: a planned failover demoted it). No
+    ``BLPOP`` is outstanding; the primary may have changed: try again at once, riding out
+    the failover within the caller's deadline."""
+
+
+Op = Call | StartWait | AwaitWait | CallEndingWait | Pause
 
 
 @dataclass(slots=True)
@@ -227,11 +254,61 @@ def release_steps(
 ) -> Generator[Op, Any, bool]:
     """Steps to release the lock of ``keys`` held with ``token`` (as ``mode``): ``True``
     when it was held and is released (a fair waiter whose turn it now is gets woken)."""
-    reply = yield release_call(keys, token, liveness_ms, mode)
-    if type(reply) is int:  # nobody to wake
-        return reply == 1
-    yield from _wake(keys, reply[1], liveness_ms)
-    return int(reply[0]) == 1
+    released, head = released_reply(keys.name, (yield release_call(keys, token, liveness_ms, mode)))
+    if head:
+        yield from _wake(keys, head, liveness_ms)
+    return released
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _tag(reply: Any) -> str | None:
+    """The tag of a tagged script reply (its first element, or the first word of a string
+    reply), ``None`` for anything else."""
+    if isinstance(reply, list) and reply and isinstance(reply[0], bytes | str):
+        return _text(reply[0])
+    if isinstance(reply, bytes | str):
+        return _text(reply).partition(" ")[0]
+    return None
+
+
+def unexpected(name: str, what: str, reply: Any) -> LockBackendError:
+    """The error for a script reply of the wrong shape: never taken for an answer."""
+    return LockBackendError(
+        f"unexpected reply to {what} of lock {name!r}: {reply!r}; nothing was assumed held",
+        name=name,
+    )
+
+
+def taken_reply(name: str, reply: Any) -> tuple[int, int] | None:
+    """``(fence, acquired_at_us)`` from an acquire's reply ``taken FENCE [AT]`` (``AT``
+    given only when it differs from the fence), or from ``{'taken', fence, at, ...}``;
+    ``None`` for a tagged refusal; :class:`LockBackendError` for anything else."""
+    tag = _tag(reply)
+    if tag == "taken":
+        if isinstance(reply, list):
+            return int(reply[1]), int(reply[2])
+        words = _text(reply).split()
+        fence = int(words[1])
+        return fence, int(words[2]) if len(words) > 2 else fence
+    if tag in ("busy", "kind"):
+        return None
+    raise unexpected(name, "an acquire", reply)
+
+
+def released_reply(name: str, reply: Any) -> tuple[bool, Any]:
+    """``(released, head)`` from a release's reply ``released``/``not held`` or
+    ``{'released' | 'not held', head}`` (``head``: a fair waiter to wake, or empty)."""
+    tag = _tag(reply)
+    if isinstance(reply, list) and tag in ("released", "not") and len(reply) == 2:
+        return tag == "released", reply[1]
+    if tag == "released":
+        return True, b""
+    if tag == "not":  # "not held"
+        return False, b""
+    raise unexpected(name, "a release", reply)
 
 
 def _wake(keys: LockKeys, head: Any, liveness_ms: int) -> Generator[Op, Any, None]:
@@ -266,35 +343,6 @@ def replication_report(role: Any) -> str:
 def ttl_call(hold: Hold) -> Call:
     """The script call that reads ``hold``'s remaining lease (``-2``: not held)."""
     return Call(HOLDER_TTL if hold.mode != EXCLUSIVE else TTL, (hold.keys.lock,), (hold.token,))
-
-
-LAYOUT_MARKER = (
-    "django-distlock: this server's locks use the bucket key layout (PREFIX{bb}:lock:NAME) "
-    "since 0.1.0.dev1; processes of earlier versions must stop"
-)
-
-
-def claim_layout_steps(prefix: str, name: str | None) -> Generator[Op, Any, None]:
-    """Steps that make sure no lock of the key layout before buckets is held under
-    ``prefix`` on a single server (or a Sentinel's primary), and mark the server so that
-    processes running that layout fail instead of taking locks this one cannot see.
-
-    Raises ``LockBackendUnavailable`` (retrying once they are gone works) while such locks
-    are held: the two layouts never take the same name at once.
-    """
-    key = legacy_index_key(prefix)
-    held, remaining_ms = yield Call(CLAIM_LAYOUT, (key,), (LAYOUT_MARKER,))
-    held = int(held)
-    if held:
-        raise LockBackendUnavailable(
-            f"{held} lock{'s are' if held != 1 else ' is'} held under the key layout of "
-            f"django-distlock before 0.1.0.dev1 ({key!r} lists them; the last one's lease "
-            f"ends in {int(remaining_ms) / 1000:.1f} s), by processes still running an "
-            "earlier version. This version cannot see those locks, so it takes none on this "
-            "server until they are gone: stop the processes of the earlier version (see "
-            "'Upgrading' in the README).",
-            name=name,
-        )
 
 
 def owner_metadata(*, thread: str, context: str, auto_renew: bool) -> str:
@@ -384,42 +432,50 @@ def acquire_steps(
     writer = False  # we wait among the writers of a lock held shared
     may_hold = False  # the acquire script may have run without us seeing its reply
     timer_fired = False
+    ride_out_until: float | None = None  # a failover interrupted our wait: ride it out
     try:
         while True:
             sent_at = time.monotonic()
             may_hold = True
-            if waiting and timer_fired:
-                # The holder's lease (or the re-check interval) is over: try again, and
-                # end the BLPOP in the same round trip.
-                waiting = False
-                ending_args = (*args[:8], "1", *args[9:])  # ARGV[9]: end the wait
-                reply, woken = yield CallEndingWait(Call(script, own_keys, ending_args, replicas))
-                consumed = consumed or woken
-            else:
-                reply = yield Call(script, attempt_keys, args, replicas)
+            try:
+                if waiting and timer_fired:
+                    # The holder's lease (or the re-check interval) is over: try again, and
+                    # end the BLPOP in the same round trip.
+                    waiting = False
+                    ending_args = (*args[:8], "1", *args[9:])  # ARGV[9]: end the wait
+                    call = Call(script, own_keys, ending_args, replicas)
+                    reply, woken = yield CallEndingWait(call)
+                    consumed = consumed or woken
+                else:
+                    reply = yield Call(script, attempt_keys, args, replicas)
+            except LockBackendUnavailable:
+                if ride_out_until is None or time.monotonic() >= ride_out_until:
+                    raise
+                # The primary is changing: the same token again, once it settles (a request
+                # that did run answers "taken" to its own token).
+                yield Pause(tuning.failover_pause)
+                continue
             acknowledged = None
             if type(reply) is Replicated:
                 reply, acknowledged = reply.reply, reply.acknowledged
+            taken = taken_reply(name, reply)
             may_hold = False
-            if type(reply) is int:  # taken, with a fence equal to the acquisition time
-                reply = (1, reply, reply)
-            status = int(reply[0])
-            if status == -1:
+            if taken is None and _tag(reply) == "kind":
                 raise LockError(_other_kind(name, mode, limit, reply[1]), name=name)
-            if status == 1:
+            if taken is not None:
                 if replicas is not None and acknowledged is not None and acknowledged < replicas[0]:
                     # Not on enough replicas: a failover now could forget it. Give it back.
                     may_hold = True
                     yield from release_steps(keys, token, liveness_ms, mode)
                     may_hold = consumed = enqueued = False
                     return NotReplicated(acknowledged, replicas[0], replicas[1])
-                acquired = Acquired(int(reply[1]), int(reply[2]), sent_at)
+                acquired = Acquired(taken[0], taken[1], sent_at)
                 may_hold = True
                 # No wait is outstanding here (a re-check after the timer ends it in the
                 # same step), the acquire script took us off the queue, and a wake-up we
                 # consumed was used: nothing to clean up or hand on.
                 consumed = enqueued = writer = False
-                if len(reply) > 3 and reply[3]:
+                if isinstance(reply, list) and len(reply) > 3 and reply[3]:
                     # A shared hold or a free slot may let the next waiter in too.
                     yield from _wake(keys, reply[3], liveness_ms)
                 return acquired
@@ -448,11 +504,16 @@ def acquire_steps(
             # was sent; +1 ms because Redis keeps a key until its PTTL is strictly past.
             timer = tuning.wait_cap if wait_ms < 0 else (wait_ms + 1) / 1000
             wake_at = sent_at + min(timer, tuning.wait_cap, max(remaining, 0.0))
-            woken = yield AwaitWait(max(0.0, wake_at - time.monotonic()))
-            timer_fired = not woken
-            if woken:
+            woke = yield AwaitWait(max(0.0, wake_at - time.monotonic()))
+            timer_fired = woke is Wake.TIMER
+            if woke is Wake.WOKEN:
                 waiting = False
                 consumed = True
+            elif woke is Wake.INTERRUPTED:
+                waiting = False
+                ride_out_until = time.monotonic() + tuning.failover_ride_out
+                if deadline is not None:
+                    ride_out_until = min(ride_out_until, deadline)
     except BaseException:
         if may_hold:
             # Only our own token is deleted, so this is safe even if the script never ran.
@@ -597,10 +658,13 @@ def _acquire_group(
                 reply = yield Call(
                     MANY_ACQUIRE, (*lock_keys, group[0].lock), (*base, "", waiter, *names)
                 )
-            if int(reply[0]) == 1:
+            tag = _tag(reply)
+            if tag == "taken":
                 consumed_from = None
                 writer_of = []  # the script took us off every lock's writers
                 return [int(fence) for fence in reply[2:]], int(reply[1]), sent_at
+            if tag != "busy":
+                raise unexpected(group[0].name, "an acquire", reply)
             wait_ms = int(reply[1])
             busy = group[int(reply[2]) - 1]
             if reply[3] in (b"1", "1") and busy not in writer_of:
@@ -616,10 +680,11 @@ def _acquire_group(
             waited_on = busy
             timer = tuning.wait_cap if wait_ms < 0 else (wait_ms + 1) / 1000
             wake_at = sent_at + min(timer, tuning.wait_cap, max(remaining, 0.0))
-            woken = yield AwaitWait(max(0.0, wake_at - time.monotonic()))
-            timer_fired = not woken
-            if woken:
-                waited_on = None
+            woke = yield AwaitWait(max(0.0, wake_at - time.monotonic()))
+            timer_fired = woke is Wake.TIMER
+            if woke is not Wake.TIMER:
+                waited_on = None  # the wait is over (INTERRUPTED: try again at once)
+            if woke is Wake.WOKEN:
                 consumed_from = busy
     finally:
         # Leaving without the group: end the wait, leave the writers we joined, and hand

@@ -26,7 +26,6 @@ __all__ = [
     "holder_index_keys",
     "index_key",
     "index_keys",
-    "legacy_index_key",
     "lock_key",
     "validate_context",
     "validate_limit",
@@ -230,13 +229,6 @@ def index_keys(prefix: str) -> tuple[str, ...]:
 def holder_index_keys(prefix: str) -> tuple[str, ...]:
     """Every bucket's listing index of shared and limited holds, in bucket order."""
     return tuple(f"{prefix}{tag}:holder-index" for tag in _BUCKET_TAGS)
-
-
-def legacy_index_key(prefix: str) -> str:
-    """The one listing index of the key layout before buckets (``PREFIXindex``, versions
-    up to 0.1.0.dev0). A server used by this layout holds a marker string there instead
-    (:data:`~django_distlock.engine.scripts.CLAIM_LAYOUT`)."""
-    return f"{prefix}index"
 
 
 def lock_key(prefix: str, name: str) -> str:

@@ -41,7 +41,7 @@ from .backend import Backend
 from .core import EXCLUSIVE, LIMITED, SHARED, Call, release_steps
 from .eviction import unsafe_eviction_policy
 from .exceptions import LockError
-from .io import BACKEND_ERRORS, SyncDriver
+from .io import SyncDriver
 from .keys import (
     BUCKETS,
     LockKeys,
@@ -51,6 +51,7 @@ from .keys import (
     validate_name,
 )
 from .records import LockRecord, lock_value_acquired_at_us
+from .requests import BACKEND_ERRORS
 from .scripts import LIST_BUCKETS, LIST_INDEX
 from .snapshot import MGET_CHUNK, Raw, Snapshot, add_holds, answered
 
@@ -180,7 +181,7 @@ class Listing:
         be read): for listings to warn operators. Never raises."""
         driver = self._driver()
         try:
-            nodes = self.backend.topology().nodes()
+            nodes = self.backend.routes().primaries()
         except (LockError, *BACKEND_ERRORS):
             return None
         for node in nodes:
@@ -195,7 +196,7 @@ class Listing:
         them all on a single server (about twice as fast as 256 pipelined calls)."""
         indexes = _bucket_indexes(self.backend.prefix)
         driver = self._driver()
-        if self.backend.topology_now().is_cluster:
+        if self.backend.is_cluster:
             calls = [Call(LIST_INDEX, keys, (mode,)) for keys in indexes]
             return answered(driver.call_many(calls, READ_TIMEOUT))
         flat = tuple(key for pair in indexes for key in pair)

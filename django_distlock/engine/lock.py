@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import Any, NoReturn, ParamSpec, TypeVar, overload
 
 from . import process
+from .aio import AsyncDriver
 from .backend import Backend, Event, logger
 from .core import (
     EXCLUSIVE,
@@ -34,7 +35,6 @@ from .core import (
     NotAcquired,
     NotReplicated,
     acquire_steps,
-    claim_layout_steps,
     extend_call,
     new_token,
     owner_metadata,
@@ -44,7 +44,7 @@ from .core import (
 )
 from .exceptions import LockError, LockLost, LockNotAcquired, LockNotOwned, LockNotReplicated
 from .hold import Hold
-from .io import AsyncDriver, SyncDriver
+from .io import SyncDriver
 from .keys import (
     LockKeys,
     validate_context,
@@ -82,14 +82,6 @@ def _after_release_of(stale: Hold, steps: Any) -> Any:
         yield from release_steps(
             stale.keys, stale.token, stale.backend.tuning.waiter_liveness_ms, stale.mode
         )
-    return (yield from steps)
-
-
-def _after_layout_claim(backend: Backend, name: str, steps: Any) -> Any:
-    """``steps``, once ``backend``'s server is claimed for the bucket layout (one round
-    trip, the first time a lock of this backend is taken in this process)."""
-    yield from claim_layout_steps(backend.prefix, name)
-    backend.layout_claimed = True
     return (yield from steps)
 
 
@@ -442,8 +434,6 @@ class Lock:
         )
         if stale is not None:
             steps = _after_release_of(stale, steps)
-        if not backend.layout_claimed:
-            steps = _after_layout_claim(backend, self.name, steps)
         return hold, steps
 
     def _new_hold(self, backend: Backend, owner: Any, token: str) -> Hold:

@@ -21,12 +21,13 @@ from collections.abc import Callable, Coroutine, Iterable
 from types import TracebackType
 from typing import Any
 
+from .aio import AsyncDriver
 from .backend import Backend
 from .core import Acquired, AcquiredMany, NotAcquired, acquire_many_steps, new_token
 from .exceptions import LockError, LockNotAcquired, LockNotOwned
-from .io import AsyncDriver, SyncDriver
+from .io import SyncDriver
 from .keys import LockKeys
-from .lock import UNSET, BackendSource, Lock, _after_layout_claim, waiting_options
+from .lock import UNSET, BackendSource, Lock, waiting_options
 from .ownership import current_task_or_thread, running_task
 from .watchdog import loop_watchdog, thread_watchdog
 
@@ -182,8 +183,6 @@ class LockGroup:
             deadline=None if blocking_timeout is None else started + blocking_timeout,
             tuning=backend.tuning,
         )
-        if not backend.layout_claimed:
-            steps = _after_layout_claim(backend, first.name, steps)
         return holds, steps, backend
 
     def _settle(
@@ -323,7 +322,7 @@ def _order(lock: Lock, backend: Backend) -> tuple[int, bytes]:
 
 def _groups(keys: list[LockKeys], backend: Backend) -> list[list[LockKeys]]:
     """One group for a single server; a group per bucket (one slot each) on a cluster."""
-    if not backend.topology_now().is_cluster:
+    if not backend.is_cluster:
         return [keys]
     groups: list[list[LockKeys]] = []
     for item in keys:

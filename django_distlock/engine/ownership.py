@@ -21,8 +21,18 @@ logger = logging.getLogger("django_distlock")
 
 def running_task() -> asyncio.Task[Any] | None:
     """The task running in this thread, if any."""
-    loop = asyncio._get_running_loop()
-    return None if loop is None else asyncio.current_task(loop)
+    try:
+        return asyncio.current_task()
+    except RuntimeError:  # no event loop runs in this thread
+        return None
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def current_task_or_thread() -> Any:
@@ -37,7 +47,7 @@ _callback_tasks: set[Any] = set()
 def run_on_loop_of(hold: Hold, awaitable: Any) -> None:
     """Run the awaitable an async ``on_lost`` returned: here if a loop runs in this
     thread, else on the loop the hold was taken on (losses are reported off the loop)."""
-    if running_task() is not None or asyncio._get_running_loop() is not None:
+    if _loop_running():
         task = asyncio.ensure_future(awaitable)
         _callback_tasks.add(task)
         task.add_done_callback(_callback_tasks.discard)

@@ -11,6 +11,7 @@ import math
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from .backend import Event
@@ -21,10 +22,12 @@ from .scripts import WAKE
 
 __all__ = [
     "LOST_CAUSES",
+    "RenewalPlan",
     "abandoned_reason",
     "abandoned_release_call",
     "after_failure",
     "after_renewal",
+    "after_renewals",
     "attempt_timeout",
     "end_lease",
     "expired_abandoned",
@@ -34,6 +37,7 @@ __all__ = [
     "lost_cause",
     "mark_lost",
     "on_grid",
+    "plan_renewals",
     "released_abandoned",
     "renewal_call",
     "renewal_event",
@@ -249,3 +253,76 @@ def released_abandoned(hold: Hold, reply: Any) -> None:
             hold.lost_reason,
         )
     tell_holder(hold)
+
+
+Submit = Callable[..., None]
+"""Runs a report off the renewal path: ``submit(function, *args)`` (the notifier)."""
+
+
+@dataclass(slots=True)
+class RenewalPlan:
+    """What one renewal round trip sends for holds due together: a call per hold (a
+    renewal, or the release of a hold nobody will release any more), why each abandoned
+    one is, and how long the round trip may take."""
+
+    holds: list[Hold]
+    calls: list[Call]
+    abandoned: list[str]
+    timeout: float
+
+    @property
+    def name(self) -> str | None:
+        """The lock name errors should carry (``None`` for several)."""
+        return self.holds[0].name if len(self.holds) == 1 else None
+
+
+def plan_renewals(holds: list[Hold], now: float, submit: Submit) -> RenewalPlan:
+    """The round trip renewing ``holds`` at monotonic ``now``. A hold whose lease is
+    already over is not sent: it is marked lost and its holder told (``submit``)."""
+    sent: list[Hold] = []
+    calls: list[Call] = []
+    abandoned: list[str] = []
+    timeout = math.inf
+    for hold in holds:
+        reason = abandoned_reason(hold)
+        left = attempt_timeout(hold, now)
+        if left <= 0 and not reason:
+            if (report := end_lease(hold)) is not None:
+                submit(report, hold)
+            continue
+        sent.append(hold)
+        abandoned.append(reason)
+        calls.append(abandoned_release_call(hold) if reason else renewal_call(hold))
+        timeout = min(timeout, left)
+    return RenewalPlan(sent, calls, abandoned, max(timeout, 0.001) if sent else 0.0)
+
+
+def after_renewals(
+    plan: RenewalPlan,
+    replies: list[Any],
+    sent_at: float,
+    submit: Submit,
+    schedule: Callable[[Hold, float], None],
+) -> list[Call]:
+    """Record the ``replies`` to ``plan`` (a reply or a :class:`LockError` each): schedule
+    the next renewal of each hold kept, tell the holders of those lost; returns the calls
+    that wake the fair waiters the released abandoned holds named."""
+    wakes: list[Call] = []
+    for hold, reply, reason in zip(plan.holds, replies, plan.abandoned, strict=True):
+        if reason:
+            wakes += wake_calls(hold, reply)
+            if mark_lost(hold, reason):
+                submit(released_abandoned, hold, reply)
+            continue
+        if hold.released or hold.releasing:
+            continue  # released while the renewal was in flight: its answer means nothing
+        due = after_renewal(hold, reply, sent_at)
+        event = renewal_event(hold, reply, due)
+        if event is not None:
+            submit(hold.backend.emit, event)
+        if due is None:
+            if mark_lost(hold):
+                submit(tell_holder, hold)
+        else:
+            schedule(hold, due)
+    return wakes

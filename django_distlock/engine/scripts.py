@@ -34,7 +34,6 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "ACQUIRE",
-    "CLAIM_LAYOUT",
     "EXTEND",
     "HOLDER_ACQUIRE",
     "HOLDER_EXTEND",
@@ -226,15 +225,15 @@ ACQUIRE = Script(
 -- ARGV[8] '1' for a fair lock, '0' otherwise
 -- ARGV[9] '1' to end the caller's outstanding BLPOP (see KEYS[7]), '' otherwise
 -- ARGV[10] '1' when the caller waits among the writers of a lock held shared
--- returns fence (an integer) when taken with a fence equal to the acquisition time (the
---         usual case: the server clock is ahead of the fence counter), else
---         {1, fence, acquired_at_us} when taken (or already held with this token): the
---         common reply is the cheapest to build and to parse;
---         {0, wait_ms, head, writer} when not: wait_ms = how long the current obstacle
---         lasts at most (the holder's PTTL, -1 if unknown); head = a fair waiter whose
---         turn it is, for the caller to wake, or ''; writer = '1' when the caller now
---         waits among the writers of a lock held shared (PASS_ON takes it off);
---         {-1, kind} when the lock is held as another kind ('limited N')
+-- returns 'taken FENCE' when taken with a fence equal to the acquisition time (the usual
+--         case: the server clock is ahead of the fence counter), else
+--         'taken FENCE ACQUIRED_AT_US' when taken (or already held with this token);
+--         {'busy', wait_ms, head, writer} when not: wait_ms = how long the current
+--         obstacle lasts at most (the holder's PTTL, -1 if unknown); head = a fair waiter
+--         whose turn it is, for the caller to wake, or ''; writer = '1' when the caller
+--         now waits among the writers of a lock held shared (PASS_ON takes it off);
+--         {'kind', kind} when the lock is held as another kind ('limited N')
+--         Every reply is tagged: a stray integer or OK can never read as "taken".
 local end_wait = ARGV[9]
 local liveness_ms = ARGV[7]
 local function attempt()
@@ -245,7 +244,7 @@ local function attempt()
     -- A sorted set: the lock is held shared (we wait for its holders, as a writer whom
     -- new shared holders let go first) or limited (another kind: refused).
     local held_as = redis.call('HGET', KEYS[9], '#kind')
-    if held_as and held_as ~= 'shared' then return {-1, held_as} end"""
+    if held_as and held_as ~= 'shared' then return {'kind', held_as} end"""
     + _NOW
     + r"""
     local held = 0"""
@@ -260,13 +259,13 @@ local function attempt()
     if string.sub(value, 1, #ARGV[1] + 1) == ARGV[1] .. '\n' then
       -- Already ours: a request retried after its reply was lost. Answer as before.
       local fence, acquired_at = string.match(value, '^[^\n]*\n([^\n]*)\n([^\n]*)\n')
-      return {1, fence, acquired_at}
+      return 'taken ' .. fence .. ' ' .. acquired_at
     end
     pttl = redis.call('PTTL', KEYS[1])
   end
   local waiter = ARGV[6]
   local fair = ARGV[8] == '1'
-  if pttl ~= -2 and waiter == '' then return {0, pttl, ''} end
+  if pttl ~= -2 and waiter == '' then return {'busy', pttl, ''} end
 """
     + _NOW
     + r"""
@@ -292,8 +291,8 @@ local function attempt()
     end
     redis.call('ZADD', KEYS[4], now_ms + lease_ms, ARGV[4])
     if ARGV[10] == '1' then redis.call('ZREM', KEYS[10], waiter) end
-    if fence == now_us then return tonumber(fence) end
-    return {1, fence, now_us}
+    if fence == now_us then return 'taken ' .. fence end
+    return 'taken ' .. fence .. ' ' .. now_us
   end
   local wait_ms = pttl
   local writer = ''
@@ -311,9 +310,9 @@ local function attempt()
   if pttl == -2 then
     -- Free, but another fair waiter is first: the caller nudges it in case it missed
     -- its wake-up, and comes back when its place would lapse.
-    return {0, tonumber(redis.call('ZSCORE', KEYS[6], head)) - now_ms, head, writer}
+    return {'busy', tonumber(redis.call('ZSCORE', KEYS[6], head)) - now_ms, head, writer}
   end
-  return {0, wait_ms, '', writer}
+  return {'busy', wait_ms, '', writer}
 end
 local result = attempt()
 """
@@ -329,15 +328,15 @@ RELEASE = Script(
     + _KEYS_DOC
     + r"""
 -- ARGV[1] token  ARGV[2] lock name (index member)  ARGV[3] wake-up signal lifetime ms
--- returns 1 when released, {1, head} when released and head, a fair waiter, is for the
---         caller to wake; 0 when the lock is not held with this token
+-- returns 'released', or {'released', head} when head, a fair waiter, is for the caller
+--         to wake; 'not held' when the lock is not held with this token
 """
     + r"""
 -- One read for the lock and the "someone waits" flag (MGET answers nil for a lock held
 -- shared or limited, a sorted set: not ours to release here).
 local read = redis.call('MGET', KEYS[1], KEYS[3])
 local value = read[1]
-if not value or string.sub(value, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\n' then return 0 end
+if not value or string.sub(value, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\n' then return 'not held' end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[4], ARGV[2])
 local signal_ms = ARGV[3]
@@ -345,8 +344,8 @@ local woken_head = ''
 """
     + _WAKE_ONE.replace("if redis.call('EXISTS', KEYS[3]) == 1 then", "if read[2] then")
     + r"""
-if woken_head == '' then return 1 end
-return {1, woken_head}
+if woken_head == '' then return 'released' end
+return {'released', woken_head}
 """,
 )
 
@@ -396,10 +395,10 @@ HOLDER_ACQUIRE = Script(
 -- (KEYS[4] is the bucket's index of shared and limited holds)
 -- ARGV[1..9] as for acquire; ARGV[4] is the index member (name NUL token)
 -- ARGV[10] kind: 'shared' or 'limited N'   ARGV[11] N (0 for shared)
--- returns {1, fence, acquired_at_us, head} when taken (or already held with this token):
---         head = a waiter to wake (a free slot or a shared hold may let one more in);
---         {0, wait_ms, head} when not (as for acquire);
---         {-1, kind} when the lock is held as another kind ('limited N' with another N)
+-- returns {'taken', fence, acquired_at_us, head} when taken (or already held with this
+--         token): head = a waiter to wake (a free slot or a shared hold may let one more
+--         in); {'busy', wait_ms, head} when not (as for acquire);
+--         {'kind', kind} when the lock is held as another kind ('limited N' with another N)
 local end_wait = ARGV[9]
 local liveness_ms = ARGV[7]
 local signal_ms = ARGV[7]
@@ -415,17 +414,17 @@ local function attempt()"""
   local key_type = redis.call('TYPE', KEYS[1])['ok']
   if key_type == 'string' then
     -- An exclusive holder: shared holds wait for it, a limited lock is another kind.
-    if limit > 0 then return {-1, 'exclusive'} end
+    if limit > 0 then return {'kind', 'exclusive'} end
     obstacle_ms = redis.call('PTTL', KEYS[1])
   elseif key_type == 'zset' then
     local held_as = redis.call('HGET', KEYS[9], '#kind')
-    if held_as and held_as ~= kind then return {-1, held_as} end
+    if held_as and held_as ~= kind then return {'kind', held_as} end
     local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
     if score and tonumber(score) >= now_ms then
       -- Already ours: a request retried after its reply was lost. Answer as before.
       local entry = redis.call('HGET', KEYS[9], ARGV[1])
       local fence, acquired_at = string.match(entry, '^([^\n]*)\n([^\n]*)\n')
-      return {1, fence, acquired_at, ''}
+      return {'taken', fence, acquired_at, ''}
     end"""
     + _PRUNE_HOLDERS
     + r"""
@@ -434,7 +433,7 @@ local function attempt()"""
       obstacle_ms = math.max(0, tonumber(first[2]) - now_ms)
     end
   elseif key_type ~= 'none' then
-    return {-1, key_type}
+    return {'kind', key_type}
   end
   local fair = ARGV[8] == '1'
   if obstacle_ms == -2 and limit == 0 and not fair then
@@ -447,7 +446,7 @@ local function attempt()"""
     end
   end
   local waiter = ARGV[6]
-  if obstacle_ms ~= -2 and waiter == '' then return {0, obstacle_ms, ''} end
+  if obstacle_ms ~= -2 and waiter == '' then return {'busy', obstacle_ms, ''} end
   local head = false
   if fair then"""
     + _QUEUE_HEAD
@@ -471,7 +470,7 @@ local function attempt()"""
     + _WAKE_ONE
     + r"""
     end
-    return {1, fence, now_us, woken_head}
+    return {'taken', fence, now_us, woken_head}
   end
   if waiter ~= '' then
     local liveness = tonumber(liveness_ms)
@@ -487,12 +486,12 @@ local function attempt()"""
         "if redis.call('EXISTS', KEYS[3]) == 1 then\n  local head = false", "if true then"
     )
     + r"""
-    return {0, obstacle_ms, woken_head}
+    return {'busy', obstacle_ms, woken_head}
   end
   if obstacle_ms == -2 then
-    return {0, tonumber(redis.call('ZSCORE', KEYS[6], head)) - now_ms, head}
+    return {'busy', tonumber(redis.call('ZSCORE', KEYS[6], head)) - now_ms, head}
   end
-  return {0, obstacle_ms, ''}
+  return {'busy', obstacle_ms, ''}
 end
 local result = attempt()
 """
@@ -509,11 +508,12 @@ HOLDER_RELEASE = Script(
     + r"""
 -- (KEYS[4] is the bucket's index of shared and limited holds)
 -- ARGV[1] token  ARGV[2] index member (name NUL token)  ARGV[3] wake-up lifetime ms
--- returns {1, head} when released (head: a fair waiter for the caller to wake, or ''),
---         {0, ''} when the lock is not held with this token (or its lease is over)
+-- returns {'released', head} when released (head: a fair waiter for the caller to wake,
+--         or ''), {'not held', ''} when the lock is not held with this token (or its
+--         lease is over)
 local signal_ms = ARGV[3]
 local woken_head = ''
-if redis.call('TYPE', KEYS[1])['ok'] ~= 'zset' then return {0, ''} end"""
+if redis.call('TYPE', KEYS[1])['ok'] ~= 'zset' then return {'not held', ''} end"""
     + _NOW
     + r"""
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
@@ -528,13 +528,13 @@ if held > 0 then"""
     + _EXPIRE_HOLDERS
     + r"""
 end
-if not mine then return {0, ''} end
+if not mine then return {'not held', ''} end
 -- A slot is free (limited), or the last shared holder left (a writer may go).
 if held == 0 or redis.call('HGET', KEYS[9], '#kind') ~= 'shared' then"""
     + _WAKE_ONE
     + r"""
 end
-return {1, woken_head}
+return {'released', woken_head}
 """,
 )
 
@@ -599,9 +599,9 @@ MANY_ACQUIRE = Script(
 --   the caller will not wait  ARGV[6] '1' to end the caller's outstanding BLPOP
 -- ARGV[7] waiter id, '' when the caller will not wait
 -- ARGV[8..] the locks' names, in the order of their keys
--- returns {1, acquired_at_us, fence1, fence2, ...} when all were free (or already held
---         with this token) and are taken (the caller is off every lock's writers);
---         {0, wait_ms, i, writer} when the i-th lock is held by someone else (wait_ms:
+-- returns {'taken', acquired_at_us, fence1, fence2, ...} when all were free (or already
+--         held with this token) and are taken (the caller is off every lock's writers);
+--         {'busy', wait_ms, i, writer} when the i-th lock is held by someone else (wait_ms:
 --         its remaining lease, -1 if unknown); writer = '1' when it is held shared and
 --         the caller now waits among its writers, who go before new shared holders
 --         (PASS_ON takes it off); nothing is taken
@@ -633,12 +633,12 @@ local function attempt()
           writer = '1'
         end
       end
-      return {0, pttl, i, writer}
+      return {'busy', pttl, i, writer}
     end
   end"""
     + _NOW
     + r"""
-  local result = {1, now_us}
+  local result = {'taken', now_us}
   local lease_ms = tonumber(ARGV[2])
   for i = 1, count do
     local fence
@@ -811,33 +811,5 @@ for i = 1, #KEYS, 2 do
   end
 end
 return result
-""",
-)
-
-CLAIM_LAYOUT = Script(
-    "claim_layout",
-    r"""-- claim_layout: mark a server as used by the bucket key layout, unless locks of the
--- earlier layout (one index for every lock, ``PREFIXindex``) are still held.
--- KEYS[1] the earlier layout's index (zset: member = lock name, score = lease end, ms)
--- ARGV[1] the marker stored in its place (a string, so that the earlier layout's
---         scripts fail with WRONGTYPE instead of taking locks this layout cannot see)
--- returns {0, 0} when the server is claimed (now or before), or {held, ms} when
---         `held` locks of the earlier layout are held, the last for `ms` more
-local kind = redis.call('TYPE', KEYS[1])['ok']
-if kind == 'string' then return {0, 0} end
-if kind == 'zset' then
-  local now = redis.call('TIME')
-  local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-  local held = redis.call('ZCOUNT', KEYS[1], now_ms, '+inf')
-  if held > 0 then
-    local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-    return {held, math.floor(tonumber(last[2]) - now_ms)}
-  end
-  redis.call('DEL', KEYS[1])
-elseif kind ~= 'none' then
-  return redis.error_reply('DISTLOCK ' .. KEYS[1] .. ' is a ' .. kind .. ', not a lock index')
-end
-redis.call('SET', KEYS[1], ARGV[1])
-return {0, 0}
 """,
 )

@@ -99,10 +99,10 @@ class Snapshot:
             else:
                 by_bucket.setdefault(bucket_of(name), []).append(i)
         driver = SyncDriver(self.backend, None)
-        topology = self.backend.topology()
+        routes = self.backend.routes()
         by_node: dict[Any, list[tuple[int, tuple[Any, ...]]]] = {}
         for bucket, indexes in by_bucket.items():
-            node = topology.node_for(index_key(prefix, bucket))
+            node = routes.for_key(index_key(prefix, bucket))
             for start in range(0, len(indexes), MGET_CHUNK):
                 chunk = indexes[start : start + MGET_CHUNK]
                 if values:
@@ -112,7 +112,7 @@ class Snapshot:
                     command = ("ZMSCORE", index_key(prefix, bucket), *(rows[i] for i in chunk))
                     by_node.setdefault(node, []).append((bucket, ("s", chunk, command)))
         for bucket, by_name in held_by.items():
-            node = topology.node_for(index_key(prefix, bucket))
+            node = routes.for_key(index_key(prefix, bucket))
             for indexes in by_name.values():
                 keys = LockKeys.for_name(prefix, decoded[indexes[0]])
                 if values:

@@ -34,6 +34,12 @@ class Tuning:
     renewal_attempt: float = 1.0
     """Longest one renewal attempt may take (less when the lease ends sooner). A renewal
     that gets no answer in time is retried on a fresh connection while the lease lasts."""
+    failover_ride_out: float = 10.0
+    """Longest a waiter whose wait a failover ended (``UNBLOCKED``) keeps trying while the
+    new primary settles (never past its ``blocking_timeout``); an attempt that still
+    fails then raises ``LockBackendUnavailable``."""
+    failover_pause: float = 0.05
+    """Seconds between two such attempts."""
     fence_memory_ms: int = field(init=False)
     waiter_liveness_ms: int = field(init=False)
 

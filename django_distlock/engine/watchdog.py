@@ -1,16 +1,13 @@
 """Lease renewal: a scheduler thread per process for sync holders, timers on the event
 loop for async ones. Both renew at a third of the lease and share the decision logic.
 
-Why this module is long: it holds the two runners of one promise (the list below), the
-thread runner with its lanes and notifier and the loop runner with its batched timers;
-what a renewal decides is already in :mod:`.renewal`, and splitting the runners apart
-would separate each guarantee's sync half from its async half.
-
 What the renewal path promises:
 
-- Renewals of locks on different backends never wait for each other: each backend has
-  a lane (a thread) of its own, and the holds due together on one backend are renewed
-  in one pipelined round trip.
+- Renewals of locks on different servers never wait for each other: each server has
+  a lane (a thread) of its own, and the holds due together on one server are renewed
+  in one pipelined round trip. An event loop renews its holds the same way: the holds
+  due at one tick go in one task, one pipelined round trip per server, on the loop's
+  pooled connections, however many locks it holds.
 - Each attempt has a short deadline (``Tuning.renewal_attempt``, less when the lease
   ends sooner); an attempt without an answer closes its connection and is retried on a
   fresh one while the lease lasts.
@@ -42,26 +39,17 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from . import process
+from .aio import AsyncDriver
 from .exceptions import LockError
 from .hold import Hold
-from .io import AsyncDriver, SyncDriver
-from .loops import LastLoop
+from .io import SyncDriver
 from .renewal import (
-    abandoned_reason,
-    abandoned_release_call,
-    after_renewal,
-    attempt_timeout,
+    after_renewals,
     end_lease,
     first_renewal,
-    lease_end_reason,
-    mark_lost,
     on_grid,
-    released_abandoned,
-    renewal_call,
-    renewal_event,
+    plan_renewals,
     settled,
-    tell_holder,
-    wake_calls,
 )
 
 __all__ = ["LoopWatchdog", "Notifier", "ThreadWatchdog", "loop_watchdog", "thread_watchdog"]
@@ -78,12 +66,13 @@ DEADLINE = 1
 
 
 def lane_of(hold: Hold) -> Any:
-    """What a hold's renewals share a lane (a thread) with: the node its lock lives on,
+    """What a hold's renewals share a lane (a thread) with: the server its lock lives on,
     or its backend while a cluster's slot map is not read yet."""
     try:
-        return hold.backend.topology_now().node_for(hold.keys.lock)
-    except LookupError:
-        return hold.backend
+        server = hold.backend.server_now(hold.keys.lock)
+    except Exception:  # noqa: BLE001 - the slot map cannot say yet
+        server = None
+    return hold.backend if server is None else server
 
 
 class Notifier:
@@ -157,36 +146,20 @@ class _Lane:
         if not holds:
             return
         sent_at = time.monotonic()
-        abandoned = {id(hold): abandoned_reason(hold) for hold in holds}
-        calls = [abandoned_release_call(h) if abandoned[id(h)] else renewal_call(h) for h in holds]
-        timeout = min(attempt_timeout(hold, sent_at) for hold in holds)
-        driver = SyncDriver(holds[0].backend, holds[0].name if len(holds) == 1 else None)
+        plan = plan_renewals(holds, sent_at, self._watchdog.notifier.submit)
+        if not plan.holds:
+            return
+        driver = SyncDriver(plan.holds[0].backend, plan.name)
         try:
-            replies: list[Any] = driver.call_many(calls, timeout)
+            replies: list[Any] = driver.call_many(plan.calls, plan.timeout)
         except LockError as exc:
-            replies = [exc] * len(holds)
-        wakes = []
-        for hold, reply in zip(holds, replies, strict=True):
-            reason = abandoned[id(hold)]
-            if reason:
-                wakes += wake_calls(hold, reply)
-                if mark_lost(hold, reason):
-                    self._watchdog.notifier.submit(released_abandoned, hold, reply)
-                continue
-            if hold.released or hold.releasing:
-                continue  # released while the renewal was in flight: its answer means nothing
-            due = after_renewal(hold, reply, sent_at)
-            event = renewal_event(hold, reply, due)
-            if event is not None:
-                self._watchdog.notifier.submit(hold.backend.emit, event)
-            if due is None:
-                if mark_lost(hold):
-                    self._watchdog.notifier.submit(tell_holder, hold)
-            else:
-                self._watchdog.schedule(hold, due)
+            replies = [exc] * len(plan.calls)
+        wakes = after_renewals(
+            plan, replies, sent_at, self._watchdog.notifier.submit, self._watchdog.schedule
+        )
         if wakes:  # fair waiters whose turn came with a release: best effort
             with contextlib.suppress(LockError):
-                driver.call_many(wakes, timeout)
+                driver.call_many(wakes, plan.timeout)
 
 
 class ThreadWatchdog:
@@ -293,8 +266,10 @@ class _Renewal(NamedTuple):  # a hold's place in its batch, cancelled by its rel
 
 
 class LoopWatchdog:
-    """Renews the auto-renew holds of async code on one event loop: a task per renewal,
-    bounded by its attempt deadline; holds due at one time (on a grid) share one timer."""
+    """Renews the auto-renew holds of async code on one event loop: the holds due at one
+    time (on a grid) share one timer and one task, which renews them in one pipelined
+    round trip per server (per backend, one after another), bounded by the attempt
+    deadline of the batch."""
 
     def __init__(self) -> None:
         # No reference to the loop itself, nor to holds (which have one): this object is
@@ -316,51 +291,39 @@ class LoopWatchdog:
 
     def _spawn(self, at: float, batch: _Batch) -> None:
         self._due.pop(at, None)
-        for hold in list(batch):
-            if settled(hold) or hold.generation != process.generation():
-                continue
-            task = asyncio.get_running_loop().create_task(self._renew(hold))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _renew(self, hold: Hold) -> None:
-        sent_at = time.monotonic()
-        reason = abandoned_reason(hold)
-        driver = AsyncDriver(hold.backend, hold.name)
-        timeout = attempt_timeout(hold, sent_at)
-        if reason:
-            try:
-                reply: Any = (
-                    await driver.call_many([abandoned_release_call(hold)], max(timeout, 1.0))
-                )[0]
-                wakes = wake_calls(hold, reply)
-                if wakes:
-                    with contextlib.suppress(LockError):
-                        await driver.call_many(wakes, 1.0)
-            except LockError as exc:
-                reply = exc
-            if mark_lost(hold, reason):
-                notifier().submit(released_abandoned, hold, reply)
+        generation = process.generation()
+        holds = [hold for hold in batch if not settled(hold) and hold.generation == generation]
+        if not holds:
             return
-        if timeout <= 0:
-            due = None
-            hold.lost_reason = lease_end_reason(hold)
-        else:
+        task = asyncio.get_running_loop().create_task(self._renew(holds))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _renew(self, holds: list[Hold]) -> None:
+        by_backend: dict[Any, list[Hold]] = {}
+        for hold in holds:
+            by_backend.setdefault(hold.backend, []).append(hold)
+        for backend_holds in by_backend.values():
             try:
-                reply = (await driver.call_many([renewal_call(hold)], timeout))[0]
-            except LockError as exc:
-                reply = exc
-            if hold.released or hold.releasing:
-                return
-            due = after_renewal(hold, reply, sent_at)
-            event = renewal_event(hold, reply, due)
-            if event is not None:
-                notifier().submit(hold.backend.emit, event)
-        if due is None:
-            if mark_lost(hold):
-                notifier().submit(tell_holder, hold)
-        else:
-            self._schedule(hold, due)
+                await self._renew_on(backend_holds)
+            except Exception:  # the loop's renewals must outlive anything
+                logger.exception("django-distlock: unexpected error renewing locks")
+
+    async def _renew_on(self, holds: list[Hold]) -> None:
+        sent_at = time.monotonic()
+        submit = notifier().submit
+        plan = plan_renewals(holds, sent_at, submit)
+        if not plan.holds:
+            return
+        driver = AsyncDriver(plan.holds[0].backend, plan.name)
+        try:
+            replies: list[Any] = await driver.call_many(plan.calls, plan.timeout)
+        except LockError as exc:
+            replies = [exc] * len(plan.calls)
+        wakes = after_renewals(plan, replies, sent_at, submit, self._schedule)
+        if wakes:
+            with contextlib.suppress(LockError):
+                await driver.call_many(wakes, plan.timeout)
 
 
 _notifier: Notifier | None = None
@@ -395,17 +358,10 @@ def thread_watchdog() -> ThreadWatchdog:
 def loop_watchdog() -> LoopWatchdog:
     """The running event loop's watchdog for async holders."""
     loop = asyncio.get_running_loop()
-    watchdog = _last_loop_watchdog.get(loop)
-    if watchdog is not None:
-        return watchdog
     watchdog = _loop_watchdogs.get(loop)
     if watchdog is None:
         watchdog = _loop_watchdogs[loop] = LoopWatchdog()
-    _last_loop_watchdog.remember(loop, watchdog)
     return watchdog
-
-
-_last_loop_watchdog: LastLoop[LoopWatchdog] = LastLoop()
 
 
 def _forget_after_fork() -> None:
@@ -416,7 +372,6 @@ def _forget_after_fork() -> None:
     _thread_watchdog = None
     _thread_watchdog_lock = threading.Lock()
     _loop_watchdogs = weakref.WeakKeyDictionary()
-    _last_loop_watchdog.forget()
 
 
 process.forget_after_fork(_forget_after_fork)

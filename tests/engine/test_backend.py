@@ -21,6 +21,7 @@ from django_distlock.engine import (
     Lock,
     LockError,
     LockKeys,
+    clusters,
 )
 from tests.support.engine import (
     async_client,
@@ -101,23 +102,23 @@ async def test_async_use_without_an_async_client_raises_lock_error(redis_server,
 
 
 @single_server_only
-async def test_async_client_factory_gives_the_settings_of_every_loops_connections(
-    redis_server, redis_client
-):
-    """The factory is called once, for its client's connection settings: the engine
-    opens connections of its own with them, on every event loop that uses the lock."""
-    made = []
+async def test_async_client_factory_is_called_once_per_event_loop(redis_server, redis_client):
+    """redis-py's asyncio clients belong to the loop that uses them: the factory is
+    called once for each event loop that takes a lock, and what it made is closed when
+    that loop shuts down."""
+    made: list[tuple[asyncio.AbstractEventLoop, redis.asyncio.Redis]] = []
 
     def factory():
-        made.append(asyncio.get_running_loop())
-        return async_client(redis_server.port)
+        client = async_client(redis_server.port, client_name=f"per-loop-{len(made)}")
+        made.append((asyncio.get_running_loop(), client))
+        return client
 
     backend = Backend(async_client=factory)
     lock = Lock("per-loop", backend=backend)
     for _ in range(3):
         async with lock:
             pass
-    assert made == [asyncio.get_running_loop()]
+    assert [loop for loop, _ in made] == [asyncio.get_running_loop()]
 
     def in_a_new_loop():
         async def use():
@@ -128,7 +129,12 @@ async def test_async_client_factory_gives_the_settings_of_every_loops_connection
 
     other_loop = await asyncio.to_thread(in_a_new_loop)
     assert other_loop is not asyncio.get_running_loop()
-    assert made == [asyncio.get_running_loop()]
+    assert [loop for loop, _ in made] == [asyncio.get_running_loop(), other_loop]
+    # That loop's client was closed at its shutdown (asyncio.run finalizes async
+    # generators): no connection of it is left open on the server.
+    names = [c["name"] for c in redis_client.client_list()]
+    assert names.count("per-loop-1") == 0
+    await backend.aclose()
 
 
 @single_server_only
@@ -153,18 +159,21 @@ def connections_named(topology: Topology, client_name: str) -> list[int]:
     return counts
 
 
-def test_cluster_seed_url_settings_reach_async_connections_too():
-    url = "redis://app:secret@127.0.0.1:7000/0?socket_timeout=2&client_name=app"
-    source = Backend(cluster=[url]).topology_now().source
-    settings = {
+def test_cluster_seed_url_settings_reach_the_cluster_clients():
+    url = "rediss://app:secret@127.0.0.1:7000/0?socket_timeout=2&client_name=app"
+    address, options = clusters._url_options(url)
+    assert address == ("127.0.0.1", 7000)
+    assert options == {
         "username": "app",
         "password": "secret",
         "db": 0,
         "socket_timeout": 2.0,
         "client_name": "app",
+        "ssl": True,
     }
-    assert source.sync_settings() == (redis.connection.Connection, settings)
-    assert source.async_settings() == (redis.asyncio.Connection, settings)
+    aclient = clusters.async_cluster_from_urls([url])
+    assert aclient.nodes_manager.connection_kwargs["password"] == "secret"
+    assert aclient.nodes_manager.connection_kwargs["client_name"] == "app"
 
 
 async def test_async_connections_carry_the_settings_of_the_client(
@@ -215,8 +224,8 @@ async def test_aclose_closes_the_connections_to_every_cluster_node(cluster_setup
 
     monkeypatch.setattr(redis.asyncio.connection.AbstractConnection, "connect", recorded_connect)
     backend = Backend(cluster=cluster_setup.urls)
-    # The slot map is read from the first seed node (one connection); the locks live on
-    # another node, four at once (four connections there).
+    # The locks live on one node, four at once (four connections there); the slot map
+    # is read by redis-py's cluster client, whose connections the backend closes too.
     elsewhere = cluster_setup.nodes[1]
     names = [
         name
@@ -227,9 +236,7 @@ async def test_aclose_closes_the_connections_to_every_cluster_node(cluster_setup
     assert all(await asyncio.gather(*(lock.aacquire() for lock in locks)))
     for lock in locks:
         await lock.arelease()
-    assert sorted({connection.port for connection in opened}) == sorted(
-        {cluster_setup.nodes[0].port, elsewhere.port}
-    )
+    assert elsewhere.port in {connection.port for connection in opened}
     await backend.aclose()
     assert [connection for connection in opened if connection.is_connected] == []
 

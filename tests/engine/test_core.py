@@ -9,14 +9,16 @@ import time
 
 import pytest
 
-from django_distlock.engine import LockKeys, Tuning
+from django_distlock.engine import LockBackendError, LockBackendUnavailable, LockKeys, Tuning
 from django_distlock.engine.core import (
     Acquired,
     AwaitWait,
     Call,
     CallEndingWait,
     NotAcquired,
+    Pause,
     StartWait,
+    Wake,
     acquire_steps,
     owner_metadata,
     release_steps,
@@ -28,7 +30,9 @@ TOKEN = "0123456789abcdef" * 2
 WAITER = TOKEN[:16]
 UNFAIR_WAIT = StartWait((KEYS.wake(WAITER), KEYS.signal))
 DONE = [1, b""]
-"""What RELEASE and PASS_ON answer when no fair waiter is to be woken."""
+"""What PASS_ON answers when no fair waiter is to be woken."""
+RELEASED = b"released"
+"""What RELEASE answers when no fair waiter is to be woken."""
 
 
 def steps(**overrides):
@@ -61,11 +65,11 @@ def abandon(generator):
     with pytest.raises(KeyboardInterrupt):  # noqa: PT012
         while True:
             op = generator.send(
-                DONE
+                (RELEASED if op.script is RELEASE else DONE)
                 if isinstance(op, Call)
                 else (DONE, False)
                 if isinstance(op, CallEndingWait)
-                else False
+                else Wake.TIMER
             )
 
 
@@ -95,7 +99,7 @@ def test_one_round_trip_takes_a_free_lock():
     assert op.keys == KEYS.all()
     assert op.args[:4] == (TOKEN, 1500, '{"host":"h"}', "job")
     before = time.monotonic()
-    outcome = finish(generator, [1, b"1700000000000001", b"1700000000000001"])
+    outcome = finish(generator, b"taken 1700000000000001 1700000000000001")
     assert isinstance(outcome, Acquired)
     assert outcome.fence == 1700000000000001
     assert outcome.acquired_at_us == 1700000000000001
@@ -103,14 +107,17 @@ def test_one_round_trip_takes_a_free_lock():
 
 
 def test_a_fence_alone_is_a_lock_taken_at_that_time():
-    """ACQUIRE's common reply: the fence, an integer, equal to the acquisition time."""
+    """ACQUIRE's common reply: the fence alone, equal to the acquisition time."""
     generator, _ = steps()
-    outcome = finish(generator, 1700000000000002)
+    outcome = finish(generator, b"taken 1700000000000002")
     assert isinstance(outcome, Acquired)
     assert (outcome.fence, outcome.acquired_at_us) == (1700000000000002, 1700000000000002)
 
 
-@pytest.mark.parametrize(("reply", "released"), [(1, True), (0, False), ([1, b""], True)])
+@pytest.mark.parametrize(
+    ("reply", "released"),
+    [(b"released", True), (b"not held", False), ([b"released", b""], True), ("released", True)],
+)
 def test_release_reads_both_reply_shapes(reply, released):
     generator = release_steps(KEYS, TOKEN, 3000)
     op = next(generator)
@@ -121,21 +128,21 @@ def test_release_reads_both_reply_shapes(reply, released):
 def test_lease_is_rounded_up_to_whole_milliseconds():
     generator, op = steps(lease=0.0011)
     assert op.args[1] == 2
-    finish(generator, [0, 1, b""])
+    finish(generator, [b"busy", 1, b""])
 
 
 def test_non_blocking_attempt_never_waits():
     generator, op = steps(blocking=False)
     assert op.args[5] == ""  # not registered as a waiter
-    assert finish(generator, [0, 1500, b""]) == NotAcquired(1.5)
+    assert finish(generator, [b"busy", 1500, b""]) == NotAcquired(1.5)
     generator, _ = steps(blocking=False)
-    assert finish(generator, [0, -1, b""]) == NotAcquired(None)
+    assert finish(generator, [b"busy", -1, b""]) == NotAcquired(None)
 
 
 def test_a_waiter_waits_on_the_wake_up_list_bounded_by_the_holder_lease():
     generator, op = steps(blocking=True)
     assert op.args[5] == TOKEN[:16]
-    wait = generator.send([0, 20, b""])
+    wait = generator.send([b"busy", 20, b""])
     # Its own list first (ending the wait pushes there), then the shared signal.
     assert wait == UNFAIR_WAIT
     timer = generator.send(None)
@@ -144,12 +151,12 @@ def test_a_waiter_waits_on_the_wake_up_list_bounded_by_the_holder_lease():
     assert 0.015 < timer.timeout <= 0.021
     # Timer ran out (holder crashed): re-check at once, ending the BLPOP in the same
     # round trip.
-    op = generator.send(False)
+    op = generator.send(Wake.TIMER)
     assert isinstance(op, CallEndingWait)
     assert op.call.script is ACQUIRE
     assert op.call.args[8] == "1"  # the script ends our BLPOP...
     assert op.call.keys[6] == KEYS.wake(WAITER)  # ...by a push to our own list
-    assert generator.send(([0, 60_000, b""], False)) == UNFAIR_WAIT
+    assert generator.send(([b"busy", 60_000, b""], False)) == UNFAIR_WAIT
     timer = generator.send(None)
     # A long lease is re-checked at the cap.
     assert Tuning().wait_cap - 0.01 < timer.timeout <= Tuning().wait_cap
@@ -159,13 +166,13 @@ def test_a_waiter_waits_on_the_wake_up_list_bounded_by_the_holder_lease():
 def test_fair_waiters_wait_on_their_own_list():
     generator, op = steps(blocking=True, fair=True)
     assert op.args[7] == "1"
-    assert generator.send([0, 100, b""]) == StartWait((KEYS.wake(WAITER),))
+    assert generator.send([b"busy", 100, b""]) == StartWait((KEYS.wake(WAITER),))
     abandon(generator)
 
 
 def test_a_wait_never_outlasts_the_deadline():
     generator, _ = steps(blocking=True, deadline=time.monotonic() + 0.05)
-    generator.send([0, 60_000, b""])
+    generator.send([b"busy", 60_000, b""])
     timer = generator.send(None)
     assert 0 < timer.timeout <= 0.05
     abandon(generator)
@@ -173,11 +180,11 @@ def test_a_wait_never_outlasts_the_deadline():
 
 def test_giving_up_after_a_consumed_wake_up_passes_it_on():
     generator, _ = steps(blocking=True, deadline=time.monotonic() + 0.02)
-    generator.send([0, 60_000, b""])  # StartWait
+    generator.send([b"busy", 60_000, b""])  # StartWait
     generator.send(None)  # AwaitWait
-    assert isinstance(generator.send(True), Call)  # woken: try again
+    assert isinstance(generator.send(Wake.WOKEN), Call)  # woken: try again
     time.sleep(0.03)
-    op = generator.send([0, 60_000, b""])  # someone barged in, and the deadline passed
+    op = generator.send([b"busy", 60_000, b""])  # someone barged in, and the deadline passed
     assert op.script is PASS_ON
     assert op.args[2] == "1"  # we consumed a wake-up we will not use
     assert finish(generator, DONE) == NotAcquired(60.0)
@@ -185,19 +192,19 @@ def test_giving_up_after_a_consumed_wake_up_passes_it_on():
 
 def test_acquiring_after_the_timer_ends_the_wait_in_the_same_step():
     generator, _ = steps(blocking=True)
-    generator.send([0, 60_000, b""])  # StartWait
+    generator.send([b"busy", 60_000, b""])  # StartWait
     generator.send(None)  # AwaitWait
-    op = generator.send(False)  # timer ran out: the BLPOP is still outstanding
+    op = generator.send(Wake.TIMER)  # timer ran out: the BLPOP is still outstanding
     assert isinstance(op, CallEndingWait)
-    assert isinstance(finish(generator, ([1, b"7", b"7"], False)), Acquired)
+    assert isinstance(finish(generator, (b"taken 7 7", False)), Acquired)
 
 
 def test_a_wake_up_consumed_as_the_timer_fired_retries_at_once():
     generator, _ = steps(blocking=True)
-    generator.send([0, 60_000, b""])  # StartWait
+    generator.send([b"busy", 60_000, b""])  # StartWait
     generator.send(None)  # AwaitWait
-    generator.send(False)  # CallEndingWait
-    op = generator.send(([0, 60_000, b""], True))  # busy again, but a release woke us
+    generator.send(Wake.TIMER)  # CallEndingWait
+    op = generator.send(([b"busy", 60_000, b""], True))  # busy again, but a release woke us
     assert isinstance(op, Call)
     assert op.script is ACQUIRE
     abandon(generator)
@@ -211,12 +218,12 @@ def test_an_interrupted_acquire_gives_the_lock_back(interruption):
     assert op.script is RELEASE
     assert op.args[0] == TOKEN
     with pytest.raises(interruption):
-        generator.send([0, b""])
+        generator.send(b"not held")
 
 
 def test_an_interruption_while_waiting_ends_the_wait_first():
     generator, _ = steps(blocking=True, fair=True)
-    generator.send([0, 60_000, b""])  # StartWait
+    generator.send([b"busy", 60_000, b""])  # StartWait
     generator.send(None)  # AwaitWait
     op = generator.throw(KeyboardInterrupt())
     assert isinstance(op, CallEndingWait)
@@ -238,16 +245,16 @@ def test_giving_up_passes_on_a_wake_up_the_ended_wait_consumed():
     """The BLPOP was still in flight when we ended it and found a wake-up meant for the
     next waiter: hand it on."""
     generator, _ = steps(blocking=True, deadline=time.monotonic() + 0.02)
-    generator.send([0, 60_000, b""])  # StartWait
+    generator.send([b"busy", 60_000, b""])  # StartWait
     generator.send(None)  # AwaitWait
     time.sleep(0.03)
-    op = generator.send(False)  # the timer ran out, so did the deadline: re-check
+    op = generator.send(Wake.TIMER)  # the timer ran out, so did the deadline: re-check
     assert isinstance(op, CallEndingWait)
     # Still busy, and the wait already ended with that re-check: nothing to clean up.
-    assert finish(generator, ([0, 60_000, b""], False)) == NotAcquired(60.0)
+    assert finish(generator, ([b"busy", 60_000, b""], False)) == NotAcquired(60.0)
 
     generator, _ = steps(blocking=True, deadline=time.monotonic() + 0.02)
-    generator.send([0, 60_000, b""])  # StartWait
+    generator.send([b"busy", 60_000, b""])  # StartWait
     generator.send(None)  # AwaitWait
     op = generator.throw(TimeoutError())
     assert isinstance(op, CallEndingWait)  # ends the wait while leaving
@@ -256,3 +263,62 @@ def test_giving_up_passes_on_a_wake_up_the_ended_wait_consumed():
     assert op.args[2] == "1"
     with pytest.raises(TimeoutError):
         generator.send(DONE)
+
+
+@pytest.mark.parametrize(
+    "stray", [0, 1, 1700000000000001, b"OK", "OK", None, b"1700000000000001", [1, b"7", b"7"]]
+)
+def test_a_reply_that_is_not_tagged_is_never_a_hold(stray):
+    """A stray integer or ``OK`` (another request's reply) must not read as "taken": the
+    acquire fails closed, giving back whatever its token may hold."""
+    generator, _ = steps()
+    op = generator.send(stray)
+    assert op.script is RELEASE
+    assert op.args[0] == TOKEN
+    with pytest.raises(LockBackendError, match="unexpected reply"):
+        generator.send(RELEASED)
+
+
+def test_a_release_reply_that_is_not_tagged_is_an_error():
+    generator = release_steps(KEYS, TOKEN, 3000)
+    next(generator)
+    with pytest.raises(LockBackendError, match="unexpected reply"):
+        generator.send(1)
+
+
+def test_a_wait_ended_by_a_failover_is_ridden_out_within_the_deadline():
+    """``UNBLOCKED`` (a planned failover): try again at once; while the new primary
+    settles, attempts that fail as unavailable are paced and retried with the same token."""
+    generator, _ = steps(blocking=True, deadline=time.monotonic() + 5)
+    generator.send([b"busy", 60_000, b""])  # StartWait
+    generator.send(None)  # AwaitWait
+    op = generator.send(Wake.INTERRUPTED)
+    assert isinstance(op, Call)
+    assert op.script is ACQUIRE
+    op = generator.throw(LockBackendUnavailable("READONLY"))
+    assert op == Pause(Tuning().failover_pause)
+    op = generator.send(None)
+    assert isinstance(op, Call)
+    assert op.script is ACQUIRE
+    assert op.args[0] == TOKEN
+    assert isinstance(finish(generator, b"taken 7"), Acquired)
+
+
+def test_a_failover_is_not_ridden_out_past_the_deadline():
+    generator, _ = steps(blocking=True, deadline=time.monotonic() + 0.01)
+    generator.send([b"busy", 60_000, b""])  # StartWait
+    generator.send(None)  # AwaitWait
+    generator.send(Wake.INTERRUPTED)
+    time.sleep(0.02)
+    op = generator.throw(LockBackendUnavailable("READONLY"))
+    assert op.script is RELEASE  # the attempt may have run: give it back, then raise
+    with pytest.raises(LockBackendUnavailable):
+        generator.send(RELEASED)
+
+
+def test_an_unreachable_server_is_not_ridden_out_without_a_failover():
+    generator, _ = steps(blocking=True, deadline=time.monotonic() + 5)
+    op = generator.throw(LockBackendUnavailable("connection refused"))
+    assert op.script is RELEASE
+    with pytest.raises(LockBackendUnavailable):
+        generator.send(RELEASED)

@@ -7,10 +7,18 @@ import time
 
 import pytest
 import redis
+from redis.exceptions import AskError, MovedError, TryAgainError
 
-from django_distlock.engine import Backend, Lock, LockBackendError, LockBackendUnavailable, io
+from django_distlock.engine import Backend, Lock, LockBackendError, LockBackendUnavailable
+from django_distlock.engine.cancellation import completed
 from django_distlock.engine.core import Call
-from django_distlock.engine.io import SyncDriver, completed, pack, pack_call
+from django_distlock.engine.io import SyncDriver
+from django_distlock.engine.requests import (
+    MAX_REDIRECTS,
+    TRYAGAIN_BUDGET,
+    TRYAGAIN_DELAY,
+    redirect_of,
+)
 from django_distlock.engine.scripts import TTL
 from tests.support.engine import (
     async_client,
@@ -24,37 +32,33 @@ from tests.support.engine import (
 )
 from tests.support.probe import single_server_only
 
-# -- requests ---------------------------------------------------------------------------
+# -- cluster redirects (decided from the error replies alone) ------------------------
 
 
-def redis_py_request(*args) -> bytes:
-    return b"".join(redis.Connection().pack_command(*args))
-
-
-def test_a_packed_call_is_the_request_redis_py_would_send():
-    for n in range(10):
-        keys = (f"p:{{{n:02x}}}:lock:n{n}", f"p:{{{n:02x}}}:fence:n{n}")
-        for args in (("tok", 1500, "ü"), (b"raw", n), (1, "1", b"1", 2.5)):
-            expected = redis_py_request("EVALSHA", TTL.sha, 2, *keys, *args)
-            assert pack_call(Call(TTL, keys, args)) == expected
-            assert pack_call(Call(TTL, keys, args)) == expected  # from the caches
-            assert pack(("EVALSHA", TTL.sha, 2, *keys, *args)) == expected
-
-
-def test_a_call_with_hundreds_of_keys_is_packed_as_redis_py_would():
-    # Listing every bucket of a single server takes two keys per bucket.
-    keys = tuple(f"p:{{{n:02x}}}:index" for n in range(256)) * 2
-    assert pack_call(Call(TTL, keys, ("*",))) == redis_py_request(
-        "EVALSHA", TTL.sha, len(keys), *keys, "*"
+def test_ask_during_a_split_slot_is_followed_past_max_redirects_within_the_budget():
+    # A migration with a slot's keys split: the source answers ASK, the target TRYAGAIN,
+    # in turn. Past MAX_REDIRECTS the ASKs are paced like TRYAGAIN (regression: the lock
+    # failed after 16 quick turns, about 0.35 s into a move).
+    ask = AskError("9539 127.0.0.1:7001")
+    assert redirect_of(True, ask, 0, time.monotonic()) == ("ask", 0.0)
+    assert redirect_of(True, ask, MAX_REDIRECTS, time.monotonic()) == ("ask", TRYAGAIN_DELAY)
+    started_long_ago = time.monotonic() - TRYAGAIN_BUDGET
+    assert redirect_of(True, ask, MAX_REDIRECTS, started_long_ago) is None
+    assert redirect_of(True, TryAgainError("TRYAGAIN"), 0, started_long_ago) is None
+    assert redirect_of(True, TryAgainError("TRYAGAIN"), 0, time.monotonic()) == (
+        "again",
+        TRYAGAIN_DELAY,
     )
 
 
-def test_the_caches_of_packed_arguments_and_keys_are_bounded():
-    for n in range(5_000):  # a token per acquire: more than the cache holds
-        call = Call(TTL, (f"k{n}",), (f"token-{n}",))
-        assert pack_call(call) == redis_py_request("EVALSHA", TTL.sha, 1, f"k{n}", f"token-{n}")
-    assert 0 < len(io._ARGS) <= io._CACHED == 4096
-    assert 0 < len(io._KEYS) <= io._CACHED
+def test_moved_still_stops_at_max_redirects():
+    moved = MovedError("9539 127.0.0.1:7002")  # a subclass of AskError in redis-py
+    assert redirect_of(True, moved, MAX_REDIRECTS - 1, time.monotonic()) == ("moved", 0.0)
+    assert redirect_of(True, moved, MAX_REDIRECTS, time.monotonic()) is None
+
+
+def test_a_single_server_follows_no_redirect():
+    assert redirect_of(False, MovedError("1 127.0.0.1:7002"), 0, time.monotonic()) is None
 
 
 # -- scripts are loaded when the server does not know them ------------------------------

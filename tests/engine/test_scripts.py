@@ -89,10 +89,10 @@ def test_scripts_only_act_on_their_own_token(redis_client):
     for token in ("other", "min", "mine2"):
         assert extend(redis_client, token, 60_000, "set") == -2
         assert redis_client.eval(TTL.source, 1, KEYS.lock, token) == -2
-        assert redis_client.eval(RELEASE.source, 10, *KEYS.all(), token, "raw", 3000) == 0
+        assert redis_client.eval(RELEASE.source, 10, *KEYS.all(), token, "raw", 3000) == b"not held"
     assert redis_client.pttl(KEYS.lock) <= 5_000
     assert redis_client.eval(TTL.source, 1, KEYS.lock, "mine") > 0
-    assert redis_client.eval(RELEASE.source, 10, *KEYS.all(), "mine", "raw", 3000) == 1
+    assert redis_client.eval(RELEASE.source, 10, *KEYS.all(), "mine", "raw", 3000) == b"released"
     assert redis_client.exists(KEYS.lock) == 0
 
 
@@ -101,13 +101,13 @@ def test_a_failed_attempt_reports_the_holder_lease(redis_client):
     reply = redis_client.eval(
         ACQUIRE.source, 10, *KEYS.all(), "newcomer", 1000, "{}", "raw", 60_000, "", 3000, "0", ""
     )
-    assert reply[0] == 0
+    assert reply[0] == b"busy"
     assert 3_900 < reply[1] <= 4_000
     redis_client.persist(KEYS.lock)
     reply = redis_client.eval(
         ACQUIRE.source, 10, *KEYS.all(), "newcomer", 1000, "{}", "raw", 60_000, "", 3000, "0", ""
     )
-    assert reply == [0, -1, b""]  # a key without expiry: unknown
+    assert reply == [b"busy", -1, b""]  # a key without expiry: unknown
 
 
 def acquire(
@@ -128,11 +128,12 @@ def acquire(
         end_wait,
     )
     # Taken: [1, fence, acquired_at_us] whichever of its two shapes the script answered.
-    if isinstance(reply, int):
-        return [1, reply, reply]
-    if reply[0] == 1:
-        return [1, int(reply[1]), int(reply[2])]
-    return reply
+    if isinstance(reply, bytes):
+        tag, fence, *at = reply.split()
+        assert tag == b"taken"
+        return [1, int(fence), int(at[0]) if at else int(fence)]
+    assert reply[0] == b"busy"
+    return [0, *reply[1:]]
 
 
 def test_a_fresh_acquire_answers_its_fence_alone_when_it_is_the_acquisition_time(
@@ -141,16 +142,18 @@ def test_a_fresh_acquire_answers_its_fence_alone_when_it_is_the_acquisition_time
     reply = redis_client.eval(
         ACQUIRE.source, 10, *KEYS.all(), "t", 1000, "{}", "raw", 60_000, "", 3000, "0", ""
     )
-    assert isinstance(reply, int)
+    tag, fence = reply.split()  # "taken FENCE": the acquisition time too
+    assert tag == b"taken"
     value = redis_client.get(KEYS.lock).split(b"\n")
-    assert int(value[1]) == int(value[2]) == reply  # fence and acquired_at_us
+    assert int(value[1]) == int(value[2]) == int(fence)  # fence and acquired_at_us
     redis_client.delete(KEYS.lock)
-    redis_client.set(KEYS.fence, reply + 10**12)  # a counter ahead of the clock
+    redis_client.set(KEYS.fence, int(fence) + 10**12)  # a counter ahead of the clock
     reply = redis_client.eval(
         ACQUIRE.source, 10, *KEYS.all(), "u", 1000, "{}", "raw", 60_000, "", 3000, "0", ""
     )
-    assert reply[0] == 1
-    assert int(reply[1]) == int(redis_client.get(KEYS.fence)) > int(reply[2])
+    tag, fence, at = reply.split()
+    assert tag == b"taken"
+    assert int(fence) == int(redis_client.get(KEYS.fence)) > int(at)
 
 
 def test_a_retried_acquire_recognises_its_own_token(redis_client):
@@ -210,8 +213,9 @@ def test_a_release_names_the_fair_waiter_whose_turn_it_is(redis_client):
     it, and the caller wakes it with WAKE (every key a script touches is declared)."""
     hold(redis_client, "mine", 5_000)
     fair = ("newcomer", 1000, "{}", "raw", 60_000, "w1", 3000, "1", "")
-    assert redis_client.eval(ACQUIRE.source, 10, *KEYS.all("w1"), *fair)[0] == 0  # queued
-    assert redis_client.eval(RELEASE.source, 10, *KEYS.all(), "mine", "raw", 3000) == [1, b"w1"]
+    assert redis_client.eval(ACQUIRE.source, 10, *KEYS.all("w1"), *fair)[0] == b"busy"  # queued
+    released = redis_client.eval(RELEASE.source, 10, *KEYS.all(), "mine", "raw", 3000)
+    assert released == [b"released", b"w1"]
     assert redis_client.llen(KEYS.wake("w1")) == 0  # untouched: it was not declared
     assert redis_client.eval(WAKE.source, 1, KEYS.wake("w1"), 3000) == 1
     assert redis_client.lrange(KEYS.wake("w1"), 0, -1) == [b"1"]

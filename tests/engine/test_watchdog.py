@@ -405,6 +405,9 @@ def loop_gone_after(body) -> bool:
     loop.close()
     loop_ref = weakref.ref(loop)
     del loop
+    # Two passes: a done task's holds are dropped by a weak-reference callback during
+    # the first one, which frees what they referenced only for the second.
+    gc.collect()
     gc.collect()
     return loop_ref() is None
 

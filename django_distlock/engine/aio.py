@@ -1,0 +1,371 @@
+"""The async I/O shell: the twin of :mod:`.io` on redis-py's asyncio connections for the
+running event loop, and carrying operations through cancellations (:func:`completed`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Generator, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from redis.exceptions import AskError, ConnectionError, NoScriptError, ResponseError, TryAgainError
+
+from .cancellation import cancellations, completed, keep_cancellation
+from .core import AwaitWait, Call, CallEndingWait, Op, Pause, StartWait, Wake
+from .io import END_WAIT_REPLY_TIMEOUT
+from .requests import (
+    BACKEND_ERRORS,
+    NotSent,
+    Request,
+    aexchange,
+    answer_of,
+    by_server,
+    commands_for,
+    failure,
+    interrupted,
+    redirect_of,
+    unavailable,
+    woken_by,
+)
+
+if TYPE_CHECKING:
+    from .backend import Backend
+    from .servers import AsyncRoutes, AsyncServer
+
+__all__ = ["AsyncDriver"]
+
+T = TypeVar("T")
+
+# Longer than a BLPOP's own server timeout, so that the server answers first.
+_WAIT_READ_MARGIN = 5.0
+
+
+class AsyncDriver:
+    """Runs steps with redis-py's asyncio connections for the running loop.
+
+    A ``finishing`` driver (a release) carries its steps through to the end even if the
+    calling task is cancelled meanwhile: they run in a task of their own that the caller
+    awaits through cancellations (:func:`completed`); the cancellation stays counted on
+    the caller (``Task.cancelling()``) for it to raise once the steps are done.
+    """
+
+    __slots__ = ("_read", "_wait", "_wait_keys", "_wait_lost", "backend", "finishing", "name")
+
+    def __init__(self, backend: Backend, name: str | None, *, finishing: bool = False) -> None:
+        self.backend = backend
+        self.name = name
+        self.finishing = finishing
+        self._wait: tuple[AsyncServer, Any] | None = None
+        self._wait_keys: tuple[str, ...] = ()
+        self._wait_lost = False
+        self._read: asyncio.Future[Any] | None = None
+
+    # -- single requests --------------------------------------------------------------
+
+    async def call(self, call: Call) -> Any:
+        """Async twin of :meth:`SyncDriver.call`."""
+        task, requested = cancellations()
+        try:
+            reply = (await self._routed(call.keys[0], call))[0]
+        except BACKEND_ERRORS as exc:
+            raise failure(self.name, exc) from exc
+        keep_cancellation(task, requested)
+        return reply
+
+    async def execute(self, key: str, *command: Any) -> Any:
+        """Async twin of :meth:`SyncDriver.execute`."""
+        task, requested = cancellations()
+        try:
+            reply = (await self._routed(key, command))[0]
+        except BACKEND_ERRORS as exc:
+            raise failure(self.name, exc) from exc
+        keep_cancellation(task, requested)
+        return reply
+
+    async def _routed(self, key: str, request: Request) -> tuple[Any, AsyncServer]:
+        routes = await self.backend.aroutes()
+        server = routes.for_key(key)
+        asking = False
+        by_sha = True
+        redirects = 0
+        started = time.monotonic()
+        while True:
+            try:
+                replies = await aexchange(
+                    server.requests, commands_for(request, by_sha=by_sha, asking=asking)
+                )
+            except NotSent as failed:
+                server = await _aelsewhere(routes, key, server, failed.error)
+                redirects += 1
+                continue
+            except (ConnectionError, OSError):
+                await _arefresh(routes)
+                raise
+            answer = answer_of(request, replies, asking)
+            if not isinstance(answer, ResponseError):
+                return answer, server
+            if by_sha and isinstance(answer, NoScriptError):
+                by_sha = False
+                continue
+            redirect = redirect_of(routes.is_cluster, answer, redirects, started)
+            if redirect is None:
+                raise answer
+            kind, delay = redirect
+            asking = kind == "ask"
+            if kind == "moved":
+                await routes.moved(answer)  # type: ignore[arg-type]
+                server = routes.for_key(key)
+            elif asking:
+                server = routes.asked(answer)  # type: ignore[arg-type]
+            if delay:
+                await asyncio.sleep(delay)
+            redirects += 1
+
+    # -- pipelines ----------------------------------------------------------------------
+
+    async def call_many(self, calls: list[Call], within: float) -> list[Any]:
+        """Async twin of :meth:`SyncDriver.call_many`."""
+        results: list[Any] = [None] * len(calls)
+        task, requested = cancellations()
+        try:
+            async with asyncio.timeout(max(within, 0.001)):
+                routes = await self.backend.aroutes()
+                for server, indexes in by_server(routes, calls).items():
+                    replies = await self._scripts_on(server, [calls[i] for i in indexes])
+                    for i, reply in zip(indexes, replies, strict=True):
+                        if isinstance(reply, AskError | TryAgainError):
+                            reply = (await self._routed(calls[i].keys[0], calls[i]))[0]
+                        results[i] = (
+                            failure(self.name, reply) if isinstance(reply, BaseException) else reply
+                        )
+        except NotSent as failed:
+            raise unavailable(self.name, failed.error) from failed
+        except (*BACKEND_ERRORS, TimeoutError) as exc:
+            raise unavailable(self.name, exc) from exc
+        keep_cancellation(task, requested)
+        return results
+
+    async def _scripts_on(self, server: AsyncServer, calls: list[Call]) -> list[Any]:
+        commands = [commands_for(call, by_sha=True, asking=False)[0] for call in calls]
+        replies = await aexchange(server.requests, commands)
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if missing:
+            commands = [commands_for(calls[i], by_sha=False, asking=False)[0] for i in missing]
+            loaded = await aexchange(server.requests, commands)
+            for i, reply in zip(missing, loaded, strict=True):
+                replies[i] = reply
+        return replies
+
+    async def pipeline(self, server: AsyncServer, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Async twin of :meth:`SyncDriver.pipeline`."""
+        try:
+            return await aexchange(server.requests, commands)
+        except NotSent as failed:
+            raise unavailable(self.name, failed.error) from failed
+        except BACKEND_ERRORS as exc:
+            raise failure(self.name, exc) from exc
+
+    # -- steps --------------------------------------------------------------------------
+
+    async def run(self, steps: Generator[Op, Any, T]) -> T:
+        """Carry out ``steps``. A cancellation is thrown into the steps; the clean-up
+        steps they then ask for run to completion, and the task stays cancelled. A
+        finishing driver runs them to the end whatever happens to the caller."""
+        if self.finishing:
+            return (await completed(self._run(steps)))[0]
+        return await self._run(steps)
+
+    async def _run(self, steps: Generator[Op, Any, T]) -> T:
+        result: Any = None
+        error: BaseException | None = None
+        cancelled = False
+        task, requested = cancellations()
+        try:
+            while True:
+                try:
+                    op = steps.throw(error) if error is not None else steps.send(result)
+                except StopIteration as stop:
+                    if cancelled:
+                        raise asyncio.CancelledError from None
+                    return stop.value
+                error = None
+                try:
+                    if cancelled:
+                        result, _ = await completed(self._do(op))
+                    else:
+                        result = await self._do(op)
+                        keep_cancellation(task, requested)
+                except BaseException as exc:  # noqa: BLE001 - handed to the steps
+                    cancelled = cancelled or isinstance(exc, asyncio.CancelledError)
+                    error = exc
+        finally:
+            if self._wait is not None:
+                await completed(self._drop_wait())
+
+    async def _do(self, op: Op) -> Any:
+        if type(op) is Call:
+            try:
+                return (await self._routed(op.keys[0], op))[0]
+            except BACKEND_ERRORS as exc:
+                raise failure(self.name, exc) from exc
+        try:
+            if isinstance(op, StartWait):
+                return await self._start_wait(op)
+            if isinstance(op, AwaitWait):
+                return await self._await_wait(op)
+            if isinstance(op, CallEndingWait):
+                return await self._call_ending_wait(op)
+            if isinstance(op, Pause):
+                return await asyncio.sleep(op.seconds)
+        except NotSent as failed:
+            await self._drop_wait()
+            raise unavailable(self.name, failed.error) from failed
+        except BACKEND_ERRORS as exc:
+            await self._drop_wait()
+            raise failure(self.name, exc) from exc
+        raise TypeError(f"unknown step {op!r}")  # pragma: no cover
+
+    async def _start_wait(self, op: StartWait) -> None:
+        routes = await self.backend.aroutes()
+        await self._open_wait(routes.for_key(op.keys[0]), op.keys, asking=False)
+
+    async def _open_wait(self, server: AsyncServer, keys: tuple[str, ...], *, asking: bool) -> None:
+        connection = await server.open_wait()
+        self._wait, self._wait_keys, self._wait_lost = (server, connection), keys, False
+        server_wait = self.backend.tuning.server_wait
+        blpop = ("BLPOP", *keys, server_wait)
+        try:
+            if asking:
+                await connection.send_packed_command(
+                    connection.packcommands_for([("ASKING",), blpop])
+                )
+                await connection.read_response()
+            else:
+                await connection.send_command(*blpop)
+        except BaseException:
+            await completed(self._drop_wait())
+            raise
+        # Read in a task of its own: waiting for it may time out or be cancelled without
+        # cutting a reply in half.
+        self._read = asyncio.ensure_future(
+            connection.read_response(timeout=server_wait + _WAIT_READ_MARGIN)
+        )
+
+    async def _await_wait(self, op: AwaitWait) -> Wake:
+        started = time.monotonic()
+        deadline = started + op.timeout
+        redirects = 0
+        while True:
+            read = self._read
+            assert read is not None
+            assert self._wait is not None
+            done, _ = await asyncio.wait({read}, timeout=max(deadline - time.monotonic(), 0.0))
+            if not done:
+                return Wake.TIMER
+            server = self._wait[0]
+            try:
+                reply = read.result()
+            except ResponseError as exc:
+                keys = self._wait_keys
+                await self._finish_wait()
+                routes = await self.backend.aroutes()
+                if interrupted(exc):
+                    await routes.reset_idle()
+                    return Wake.INTERRUPTED
+                redirect = redirect_of(routes.is_cluster, exc, redirects, started)
+                if redirect is None:
+                    raise
+                kind, delay = redirect
+                if kind == "moved":
+                    await routes.moved(exc)  # type: ignore[arg-type]
+                    server = routes.for_key(keys[0])
+                elif kind == "ask":
+                    server = routes.asked(exc)  # type: ignore[arg-type]
+                await asyncio.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))
+                await self._open_wait(server, keys, asking=kind == "ask")
+                redirects += 1
+                continue
+            if woken_by(reply):
+                await self._finish_wait()
+                return Wake.WOKEN
+            await self._finish_wait()  # a leftover end mark, or the server's own timeout
+            await self._open_wait(server, self._wait_keys, asking=False)
+
+    async def _call_ending_wait(self, op: CallEndingWait) -> tuple[Any, bool]:
+        read = self._read
+        if self._wait is None or read is None:
+            return await self.call(op.call), self._wait_lost
+        try:
+            reply, server = await self._routed(op.call.keys[0], op.call)
+        except BaseException as exc:
+            await completed(self._drop_wait())
+            if isinstance(exc, BACKEND_ERRORS):
+                raise failure(self.name, exc) from exc
+            raise
+        if server is not self._wait[0]:
+            await self._drop_wait()
+            return reply, True
+        done, _ = await asyncio.wait({read}, timeout=END_WAIT_REPLY_TIMEOUT)
+        if not done:
+            await self._drop_wait()
+            return reply, True
+        try:
+            answer = read.result()
+        except ResponseError:
+            await self._finish_wait()  # ended by the server (a failover): nothing consumed
+            return reply, False
+        except BACKEND_ERRORS:
+            await self._drop_wait()
+            return reply, True
+        await self._finish_wait()
+        return reply, woken_by(answer)
+
+    async def _finish_wait(self) -> None:
+        wait, self._wait, self._read = self._wait, None, None
+        if wait is not None:
+            await wait[0].close_wait(wait[1], clean=True)
+
+    async def _drop_wait(self) -> None:
+        wait, read = self._wait, self._read
+        self._wait = self._read = None
+        if wait is None:
+            return
+        self._wait_lost = True
+        server, connection = wait
+        if read is None or read.done():
+            await server.close_wait(connection, clean=False)
+            return
+        # The reader may still touch the connection: it goes back once the reader is done.
+        read.cancel()
+        read.add_done_callback(lambda _: _spawn(server.close_wait(connection, clean=False)))
+
+
+_spawned: set[asyncio.Task[Any]] = set()
+
+
+def _spawn(coroutine: Any) -> None:
+    task = asyncio.ensure_future(coroutine)
+    _spawned.add(task)
+    task.add_done_callback(_spawned.discard)
+
+
+async def _aelsewhere(
+    routes: AsyncRoutes, key: str, server: AsyncServer, error: BaseException
+) -> AsyncServer:
+    """Async twin of :func:`_elsewhere`."""
+    if not routes.is_cluster:
+        raise error
+    await routes.refresh()
+    moved_to = routes.for_key(key)
+    if moved_to is server:
+        raise error
+    return moved_to
+
+
+async def _arefresh(routes: AsyncRoutes) -> None:
+    """Async twin of :func:`_refresh`."""
+    if routes.is_cluster:
+        with contextlib.suppress(BACKEND_ERRORS):
+            await routes.refresh()

@@ -1,0 +1,248 @@
+"""What every request to Redis shares, sync or async: the rule that keeps each reply
+with the request that asked for it (:func:`exchange`), what a request writes, what a
+cluster's refusal asks for (:func:`redirect_of`), and which errors reach callers as
+which :class:`LockError`.
+
+One rule makes every reply the answer to the request that asked for it: a connection
+goes back to its pool only once every reply to what was written on it has been read
+(error replies included); a timeout, a closed socket or an interruption disconnects it
+first. Nothing retries a request that may have reached Redis: only one that was refused
+before it ran (a cluster redirect, ``NOSCRIPT``, a connection that could not be opened)
+is sent again.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    ConnectionError,
+    MovedError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisClusterException,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from .core import Call, Replicated
+from .exceptions import LockBackendError, LockBackendUnavailable, LockError
+
+__all__ = [
+    "BACKEND_ERRORS",
+    "MAX_REDIRECTS",
+    "TRYAGAIN_BUDGET",
+    "TRYAGAIN_DELAY",
+    "NotSent",
+    "Request",
+    "aexchange",
+    "answer_of",
+    "by_server",
+    "commands_for",
+    "exchange",
+    "failure",
+    "interrupted",
+    "redirect_of",
+    "unavailable",
+    "woken_by",
+]
+
+BACKEND_ERRORS = (RedisError, OSError, RedisClusterException)
+
+# Error replies that mean "not now" rather than "never": a replica that is not (yet) the
+# primary, a server loading its data or busy with a script, out of memory, a cluster
+# without a quorum or in the middle of a migration, too few replicas for
+# min-replicas-to-write, a blocked command ended by a failover.
+_TRANSIENT_REPLIES = (ReadOnlyError, ClusterDownError, TryAgainError, OutOfMemoryError, AskError)
+_TRANSIENT_PREFIXES = (
+    "BUSY",
+    "LOADING",
+    "MASTERDOWN",
+    "NOREPLICAS",
+    "READONLY",
+    "TRYAGAIN",
+    "UNBLOCKED",
+)
+
+MAX_REDIRECTS = 16
+"""``MOVED`` and ``ASK`` redirects one request follows before giving up."""
+TRYAGAIN_DELAY = 0.02
+"""Seconds before a request refused with ``TRYAGAIN`` (keys split by a slot migration in
+progress) is sent again."""
+TRYAGAIN_BUDGET = 3.0
+"""Seconds a request keeps being refused for a migration before it is given up: a slot's
+keys stay split between two nodes while a migration moves them."""
+
+
+def unavailable(name: str | None, exc: BaseException) -> LockBackendUnavailable:
+    """The error a caller sees for a Redis call that could not be served."""
+    about = "" if name is None else f" for lock {name!r}"
+    return LockBackendUnavailable(
+        f"Redis unavailable{about}: {type(exc).__name__}: {exc}", name=name
+    )
+
+
+def failure(name: str | None, exc: BaseException) -> LockError:
+    """The :class:`LockError` for a failed Redis call: ``LockBackendError`` for an error
+    reply that retrying will not cure, ``LockBackendUnavailable`` for everything else."""
+    if isinstance(exc, LockError):
+        return exc
+    if (
+        isinstance(exc, ResponseError)
+        and not isinstance(exc, _TRANSIENT_REPLIES)
+        and not str(exc).startswith(_TRANSIENT_PREFIXES)
+    ):
+        about = "" if name is None else f" on lock {name!r}"
+        return LockBackendError(
+            f"Redis refused an operation{about}: {type(exc).__name__}: {exc}", name=name
+        )
+    return unavailable(name, exc)
+
+
+class NotSent(Exception):
+    """No connection could be opened: nothing was sent (safe to send elsewhere)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def exchange(
+    pool: Any, commands: Sequence[Sequence[Any]], deadline: float | None = None
+) -> list[Any]:
+    """Write ``commands`` on one connection of the redis-py ``pool`` in one go and read a
+    reply to each, an error reply (a ``ResponseError``) in place of its result.
+
+    The connection goes back to ``pool`` only once every reply was read; a timeout (also
+    the monotonic ``deadline``, whatever the socket timeout), a closed socket or an
+    interruption disconnects it first, so that no later request can read a reply that is
+    not its own. Raises :class:`NotSent` when no connection could be opened.
+    """
+    try:
+        connection = pool.get_connection()
+    except (ConnectionError, OSError) as exc:
+        raise NotSent(exc) from exc
+    try:
+        connection.send_packed_command(connection.pack_commands(commands))
+        replies = []
+        for _ in commands:
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0 or not connection.can_read(timeout=left):
+                    raise RedisTimeoutError("no answer in time")
+            try:
+                replies.append(connection.read_response())
+            except ResponseError as exc:
+                replies.append(exc)
+    except BaseException:
+        connection.disconnect()
+        raise
+    finally:
+        pool.release(connection)
+    return replies
+
+
+async def aexchange(pool: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
+    """Async twin of :func:`exchange` (the caller bounds it with ``asyncio.timeout``)."""
+    try:
+        connection = await pool.get_connection()
+    except (ConnectionError, OSError) as exc:
+        raise NotSent(exc) from exc
+    try:
+        await connection.send_packed_command(connection.pack_commands(commands))
+        replies = []
+        for _ in commands:
+            try:
+                replies.append(await connection.read_response())
+            except ResponseError as exc:
+                replies.append(exc)
+    except BaseException:
+        await connection.disconnect(nowait=True)
+        raise
+    finally:
+        await pool.release(connection)
+    return replies
+
+
+def redirect_of(
+    is_cluster: bool, error: BaseException, redirects: int, started: float
+) -> tuple[str, float] | None:
+    """What to do with ``error``, a cluster's refusal of a request first sent at monotonic
+    time ``started`` (``redirects`` counts those followed so far): ``("moved" | "ask" |
+    "again", delay in seconds)``, or ``None`` to give up and raise it."""
+    if not is_cluster:
+        return None
+    if isinstance(error, TryAgainError):
+        if time.monotonic() - started >= TRYAGAIN_BUDGET:
+            return None
+        return "again", TRYAGAIN_DELAY
+    if isinstance(error, MovedError):  # before AskError: redis-py derives it from AskError
+        return ("moved", 0.0) if redirects < MAX_REDIRECTS else None
+    if isinstance(error, AskError):
+        # While a migration has a slot's keys split, the source answers ASK and the target
+        # TRYAGAIN, in turn: past MAX_REDIRECTS that is a wait for the move, paced and
+        # bounded like TRYAGAIN.
+        if redirects < MAX_REDIRECTS:
+            return "ask", 0.0
+        if time.monotonic() - started >= TRYAGAIN_BUDGET:
+            return None
+        return "ask", TRYAGAIN_DELAY
+    return None
+
+
+Request = Call | tuple[Any, ...]
+"""A script call, or a plain command."""
+
+
+def commands_for(request: Request, *, by_sha: bool, asking: bool) -> list[tuple[Any, ...]]:
+    """What to write for ``request``: ``ASKING`` first when redirected by ``ASK``; a
+    script by its SHA (or its source after ``NOSCRIPT``), then ``WAIT`` when it must reach
+    replicas."""
+    if isinstance(request, Call):
+        script = request.script
+        head = ("EVALSHA", script.sha) if by_sha else ("EVAL", script.source)
+        command: tuple[Any, ...] = (*head, len(request.keys), *request.keys, *request.args)
+    else:
+        command = request
+    commands = [("ASKING",), command] if asking else [command]
+    if isinstance(request, Call) and request.replicas is not None:
+        commands.append(("WAIT", *request.replicas))
+    return commands
+
+
+def answer_of(request: Request, replies: list[Any], asking: bool) -> Any:
+    """The answer to ``request`` from its ``replies`` (an error reply as such)."""
+    reply = replies[1] if asking else replies[0]
+    if isinstance(reply, BaseException) or not isinstance(request, Call):
+        return reply
+    if request.replicas is None:
+        return reply
+    acknowledged = replies[-1]
+    if isinstance(acknowledged, BaseException):
+        return acknowledged
+    return Replicated(reply, int(acknowledged))
+
+
+def woken_by(answer: Any) -> bool:
+    """True for a BLPOP answer that is a wake-up (not an end-of-wait mark, not the
+    server's own timeout)."""
+    return isinstance(answer, list | tuple) and answer[1] not in (b"c", "c")
+
+
+def interrupted(error: BaseException) -> bool:
+    """True for a blocked command ended by the server changing role (``UNBLOCKED``: a
+    planned failover demoting the primary)."""
+    return isinstance(error, ResponseError) and str(error).startswith("UNBLOCKED")
+
+
+def by_server(routes: Any, calls: list[Call]) -> dict[Any, list[int]]:
+    groups: dict[Any, list[int]] = {}
+    for i, call in enumerate(calls):
+        groups.setdefault(routes.for_key(call.keys[0]), []).append(i)
+    return groups

@@ -1,0 +1,355 @@
+"""Which server holds a key, and the redis-py pools that reach it.
+
+Every request the engine makes goes through redis-py: its connection pools, its
+connections' ``send_packed_command``/``read_response``, and for a Redis Cluster its slot
+map (``RedisCluster.get_node_from_key``), kept current with its own ``move_slot`` and
+``initialize``. This module only decides *which* pool:
+
+- a :class:`Server` is one server (a primary) with two redis-py pools: ``requests``, the
+  pool every request uses (the client's own pool on a single server or a Sentinel's
+  primary; the cluster client's pool of the node), and ``waits``, a pool of the same
+  class and settings used for blocking waits only, so that hundreds of waiters each
+  holding a connection for their whole wait never exhaust the application's pool;
+- :class:`Routes` (sync) and :class:`AsyncRoutes` (one per event loop) map a key to its
+  server and follow the cluster's redirects.
+
+redis-py's asyncio connections belong to the event loop that opened them, so each loop
+gets routes of its own, made from the async client factory the backend was given, and
+closed when that loop shuts down (:func:`close_with_loop`); the sync pools are
+redis-py's, which are fork-safe by themselves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import weakref
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import Any
+
+import redis
+import redis.asyncio
+import redis.asyncio.cluster
+import redis.asyncio.retry
+import redis.cluster
+import redis.retry
+from redis.backoff import NoBackoff
+from redis.exceptions import AskError, MovedError
+
+__all__ = [
+    "MAX_IDLE_WAITS",
+    "AsyncRoutes",
+    "AsyncServer",
+    "LoopRoutes",
+    "Routes",
+    "Server",
+    "close_with_loop",
+    "no_retry",
+]
+
+MAX_IDLE_WAITS = 8
+"""Idle connections a server's wait pool keeps after a burst of waiters is over."""
+
+
+def no_retry() -> redis.retry.Retry:
+    """redis-py's retry policy that never retries (for the clients the engine builds)."""
+    return redis.retry.Retry(NoBackoff(), 0)
+
+
+def _wait_pool_settings(pool: Any) -> dict[str, Any]:
+    """The connection settings of ``pool`` for a pool of blocking waits beside it, minus
+    what belongs to ``pool`` alone (its maintenance-notification handler). A Sentinel
+    pool's connections keep asking that pool's Sentinels for the primary."""
+    kwargs = dict(pool.connection_kwargs)
+    kwargs.pop("maint_notifications_pool_handler", None)
+    return {"connection_class": pool.connection_class, **kwargs}
+
+
+class Server:
+    """One server as sync code reaches it (see the module docstring)."""
+
+    __slots__ = ("__weakref__", "_lock", "_peak", "_waiting", "_waits", "name", "requests")
+
+    def __init__(self, name: str, requests: redis.ConnectionPool) -> None:
+        self.name = name
+        self.requests = requests
+        self._waits: redis.ConnectionPool | None = None
+        self._waiting = 0
+        self._peak = 0
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"<Server {self.name}>"
+
+    def open_wait(self) -> Any:
+        """A connection of the wait pool, connected (give it back with :meth:`close_wait`)."""
+        with self._lock:
+            if self._waits is None:
+                self._waits = redis.ConnectionPool(**_wait_pool_settings(self.requests))
+            waits = self._waits
+            self._waiting += 1
+            self._peak = max(self._peak, self._waiting)
+        try:
+            return waits.get_connection()
+        except BaseException:
+            self._left(waits)
+            raise
+
+    def close_wait(self, connection: Any, *, clean: bool) -> None:
+        """Give back a wait connection: ``clean`` when every reply to what was written on
+        it was read; otherwise it is disconnected first."""
+        waits = self._waits
+        assert waits is not None
+        if not clean:
+            connection.disconnect()
+        waits.release(connection)
+        self._left(waits)
+
+    def _left(self, waits: redis.ConnectionPool) -> None:
+        with self._lock:
+            self._waiting -= 1
+            trim = self._waiting == 0 and self._peak > MAX_IDLE_WAITS
+            if trim:
+                self._peak = 0
+        if trim:  # a burst of waiters is over: do not keep a connection per past waiter
+            waits.disconnect(inuse_connections=False)
+
+    def close(self) -> None:
+        """Close the wait pool's idle connections (``requests`` is its client's)."""
+        if self._waits is not None:
+            self._waits.disconnect(inuse_connections=False)
+
+
+class AsyncServer:
+    """Async twin of :class:`Server`, for one event loop. ``owned`` pools (a cluster
+    node's, made by the engine) are closed with it."""
+
+    __slots__ = ("__weakref__", "_owned", "_peak", "_waiting", "_waits", "name", "requests")
+
+    def __init__(
+        self, name: str, requests: redis.asyncio.ConnectionPool, *, owned: bool = False
+    ) -> None:
+        self.name = name
+        self.requests = requests
+        self._owned = owned
+        self._waits: redis.asyncio.ConnectionPool | None = None
+        self._waiting = 0
+        self._peak = 0
+
+    def __repr__(self) -> str:
+        return f"<AsyncServer {self.name}>"
+
+    async def open_wait(self) -> Any:
+        """Async twin of :meth:`Server.open_wait`."""
+        if self._waits is None:
+            self._waits = redis.asyncio.ConnectionPool(**_wait_pool_settings(self.requests))
+        waits = self._waits
+        self._waiting += 1
+        self._peak = max(self._peak, self._waiting)
+        try:
+            return await waits.get_connection()
+        except BaseException:
+            await self._left(waits)
+            raise
+
+    async def close_wait(self, connection: Any, *, clean: bool) -> None:
+        """Async twin of :meth:`Server.close_wait`."""
+        waits = self._waits
+        assert waits is not None
+        if not clean:
+            await connection.disconnect(nowait=True)
+        await waits.release(connection)
+        await self._left(waits)
+
+    async def _left(self, waits: redis.asyncio.ConnectionPool) -> None:
+        self._waiting -= 1
+        if self._waiting == 0 and self._peak > MAX_IDLE_WAITS:
+            self._peak = 0
+            await waits.disconnect(inuse_connections=False)
+
+    async def aclose(self) -> None:
+        """Close the wait pool, and the request pool when the engine made it."""
+        if self._waits is not None:
+            await self._waits.aclose()
+        if self._owned:
+            await self.requests.aclose()
+
+
+class Routes:
+    """Where keys live, for sync code: one server, or a Redis Cluster's nodes."""
+
+    is_cluster = False
+
+    def __init__(self, client: redis.Redis) -> None:
+        pool = client.connection_pool
+        self.server = Server(_pool_name(pool), pool)
+
+    def for_key(self, key: str) -> Server:
+        """The server holding ``key``."""
+        return self.server
+
+    def ready_for_key(self, key: str) -> Server | None:
+        """:meth:`for_key` when no I/O is needed to know it (else ``None``)."""
+        return self.server
+
+    def primaries(self) -> list[Server]:
+        """Every server keys may live on, once each."""
+        return [self.server]
+
+    def moved(self, error: MovedError) -> None:
+        """Record a ``MOVED`` redirect (only a cluster follows one)."""
+
+    def asked(self, error: AskError) -> Server:
+        """The server an ``ASK`` redirect names (only a cluster follows one)."""
+        raise error
+
+    def refresh(self) -> None:
+        """Read again where keys live (after a server could not be reached)."""
+
+    def reset_idle(self) -> None:
+        """Have the idle request connections reconnect (a Sentinel's primary changed)."""
+        self.server.requests.disconnect(inuse_connections=False)
+
+    def close(self) -> None:
+        """Close what the engine opened itself."""
+        self.server.close()
+
+
+class AsyncRoutes:
+    """Async twin of :class:`Routes`, for one event loop, on ``client`` (a
+    ``redis.asyncio.Redis``; ``owned``: made by the engine for this loop, closed with it)."""
+
+    is_cluster = False
+
+    def __init__(self, client: redis.asyncio.Redis, *, owned: bool) -> None:
+        pool = client.connection_pool
+        self.server = AsyncServer(_pool_name(pool), pool)
+        self._client = client
+        self._owned = owned
+
+    async def start(self) -> None:
+        """Read what must be known before the first request (a cluster's slot map)."""
+
+    def for_key(self, key: str) -> AsyncServer:
+        """The server holding ``key``."""
+        return self.server
+
+    def primaries(self) -> list[AsyncServer]:
+        """Every server keys may live on, once each."""
+        return [self.server]
+
+    async def moved(self, error: MovedError) -> None:
+        """Record a ``MOVED`` redirect (only a cluster follows one)."""
+
+    def asked(self, error: AskError) -> AsyncServer:
+        """The server an ``ASK`` redirect names (only a cluster follows one)."""
+        raise error
+
+    async def refresh(self) -> None:
+        """Read again where keys live (after a server could not be reached)."""
+
+    async def reset_idle(self) -> None:
+        """Have the idle request connections reconnect (a Sentinel's primary changed)."""
+        await self.server.requests.disconnect(inuse_connections=False)
+
+    async def aclose(self) -> None:
+        """Close what the engine opened on this loop."""
+        await self.server.aclose()
+        if self._owned:
+            await self._client.aclose()
+
+
+def _pool_name(pool: Any) -> str:
+    kwargs = pool.connection_kwargs
+    service = getattr(pool, "service_name", None)
+    if service is not None:
+        return f"sentinel service {service}"
+    return "{}:{}".format(kwargs.get("host", "localhost"), kwargs.get("port", 6379))
+
+
+def close_with_loop(
+    loop: asyncio.AbstractEventLoop,
+    close: Callable[[], Awaitable[None]],
+) -> AsyncGenerator[None, None]:
+    """Run ``close()`` when ``loop`` shuts down; returns what the caller keeps alive for as
+    long as the loop's connections may need closing.
+
+    An event loop has no shutdown callback, but ``shutdown_asyncgens()`` (called by
+    ``asyncio.run``, asgiref's ``async_to_sync`` and test runners) finalizes every async
+    generator started on it, so one is started here whose ``finally`` closes what the loop
+    opened: redis-py's asyncio connections belong to their loop and cannot be closed from
+    another one.
+    """
+
+    async def closer() -> AsyncGenerator[None, None]:
+        try:
+            yield
+        finally:
+            await close()
+
+    generator = closer()
+    # Run it to its first `yield` (it awaits nothing before), which registers it with the
+    # running loop's async-generator hooks.
+    with contextlib.suppress(StopIteration):
+        generator.asend(None).send(None)
+    assert loop is asyncio.get_running_loop()
+    return generator
+
+
+class LoopRoutes:
+    """The :class:`AsyncRoutes` of each event loop, made by ``make()`` when a loop first
+    needs them and closed when it shuts down (or by :meth:`aclose`)."""
+
+    def __init__(self, make: Callable[[], AsyncRoutes]) -> None:
+        self.make = make
+        self._routes: weakref.WeakKeyDictionary[
+            asyncio.AbstractEventLoop, tuple[AsyncRoutes, asyncio.Future[None], Any]
+        ] = weakref.WeakKeyDictionary()
+
+    async def get(self) -> AsyncRoutes:
+        """The running loop's routes (its cluster slot map read)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            entry = self._routes.get(loop)
+            if entry is None:
+                break
+            routes, started, _ = entry
+            if not started.done():
+                # Another task is reading the slot map: wait for it (and if it failed,
+                # try again here).
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(started)
+                if not started.done() or started.cancelled():
+                    continue
+            return routes
+        routes = self.make()
+        started = loop.create_future()
+        closer = close_with_loop(loop, lambda: self._closed(loop, routes))
+        self._routes[loop] = (routes, started, closer)
+        try:
+            await routes.start()
+        except BaseException:
+            self._routes.pop(loop, None)
+            started.cancel()
+            await routes.aclose()
+            raise
+        started.set_result(None)
+        return routes
+
+    async def _closed(self, loop: asyncio.AbstractEventLoop, routes: AsyncRoutes) -> None:
+        entry = self._routes.get(loop)
+        if entry is not None and entry[0] is routes:
+            del self._routes[loop]
+        await routes.aclose()
+
+    async def aclose(self) -> None:
+        """Close the running loop's routes."""
+        entry = self._routes.pop(asyncio.get_running_loop(), None)
+        if entry is not None:
+            await entry[0].aclose()
+
+    def forget(self) -> None:
+        """Forget every loop's routes without closing them (a forked child must not touch
+        its parent's sockets)."""
+        self._routes = weakref.WeakKeyDictionary()
