@@ -70,6 +70,7 @@ class _Link:
         "client_eof",
         "connected",
         "held",
+        "lose_reply",
         "server",
         "server_eof",
         "stalled",
@@ -89,6 +90,9 @@ class _Link:
         self.stalled = stalled
         self.client_eof = False
         self.server_eof = False
+        # Set by a lose_reply rule: what the server answers next is dropped and the link
+        # cut, so the request ran but its reply never reaches the client.
+        self.lose_reply = False
 
     def held_bytes(self) -> int:
         return sum(len(chunk) for _, chunk in self.held)
@@ -103,7 +107,9 @@ class TcpProxy:
       connections accepted later, keeping all sockets open; :meth:`resume` undoes it;
     * :meth:`stall_existing` stalls only the connections open now;
     * :meth:`cut` closes every current connection abruptly (RST to both ends);
-    * :meth:`delay_client_data` holds back client-to-server chunks matching a predicate.
+    * :meth:`delay_client_data` holds back client-to-server chunks matching a predicate;
+    * :meth:`lose_reply` lets the next request matching a predicate reach the server and
+      cuts its connection when the reply comes, dropping the reply.
 
     A stalled connection reads nothing, so its peers see a silent but open socket, as
     with a server paused by SIGSTOP or a network partition. Use as a context manager, or
@@ -129,6 +135,8 @@ class TcpProxy:
         self._holding: set[_Link] = set()
         self._stall_new = False
         self._delays: list[tuple[ChunkPredicate, float]] = []
+        self._lose_replies: list[ChunkPredicate] = []
+        self._replies_lost = 0
         self._commands: collections.deque[tuple[Callable[[], None], threading.Event]] = (
             collections.deque()
         )
@@ -230,6 +238,24 @@ class TcpProxy:
     def clear_delays(self) -> None:
         """Stop delaying new chunks (chunks already held still wait their time)."""
         self._call(self._delays.clear)
+
+    def lose_reply(self, predicate: ChunkPredicate) -> None:
+        """Lose the reply to the next client-to-server chunk for which ``predicate(chunk)``
+        is true (once): the chunk is forwarded, and when the server's answer arrives on
+        that connection it is dropped and the connection cut (a reset to both ends), as
+        when a network fails after the request got through. The server has run the
+        request by then. Other connections, and connections made later, work as before.
+        :attr:`replies_lost` counts the replies lost so far."""
+
+        def command() -> None:
+            self._lose_replies.append(predicate)
+
+        self._call(command)
+
+    @property
+    def replies_lost(self) -> int:
+        """How many replies :meth:`lose_reply` rules dropped so far."""
+        return self._replies_lost
 
     def close(self) -> None:
         """Close every connection and the listening socket, and stop the thread."""
@@ -392,6 +418,10 @@ class TcpProxy:
                     _send(link.server, link.to_server)
                 if mask & selectors.EVENT_READ:
                     data = link.server.recv(_CHUNK)
+                    if data and link.lose_reply:
+                        self._replies_lost += 1
+                        self._close_link(link, abort=True)
+                        return
                     if data:
                         link.to_client += data
                         _send(link.client, link.to_client)
@@ -405,6 +435,11 @@ class TcpProxy:
         self._settle(link)
 
     def _from_client(self, link: _Link, data: bytes) -> None:
+        for rule in self._lose_replies:
+            if rule(data):
+                self._lose_replies.remove(rule)
+                link.lose_reply = True
+                break
         delay = max((seconds for match, seconds in self._delays if match(data)), default=0.0)
         if delay > 0 or link.held:
             link.held.append((time.monotonic() + delay, data))

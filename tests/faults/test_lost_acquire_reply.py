@@ -1,0 +1,99 @@
+"""An acquire whose request reached Redis but whose reply was lost (the connection broke
+on the way back): the script ran, so the lock may be held with the token of an acquire
+that never heard of it. The caller must then get either the lock (``True``, and it owns
+it) or ``LockBackendUnavailable`` with nothing left held under that acquire's token once
+Redis answers again; never ``False``, "busy", because of its own token.
+
+A :class:`TcpProxy` sits between the backend and a private server; its
+:meth:`~TcpProxy.lose_reply` rule forwards the acquire and cuts that connection when
+the reply comes back (new connections work)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from django_distlock.engine import Lock, LockBackendUnavailable
+from tests.support.engine import await_until, lock_key, sync_client
+from tests.support.proxy import sends_command
+
+NAME = "lost-reply"
+LEASE = 30.0
+GONE_WITHIN = 3.0
+
+
+def acquire_of(name: str):
+    """A chunk predicate: the ``EVALSHA`` of an acquire (or release) of ``name``."""
+    evalsha = sends_command("EVALSHA")
+    key = lock_key(name).encode()
+    return lambda chunk: evalsha(chunk) and key in chunk
+
+
+def test_lose_reply_runs_the_request_and_cuts_only_its_connection(private_redis, make_proxy):
+    """The proxy mode itself: the server runs the request, the client gets a reset
+    instead of the reply, and a new connection through the proxy works."""
+    proxy = make_proxy(private_redis)
+    client = sync_client(proxy.port)
+    try:
+        assert client.ping()
+        proxy.lose_reply(sends_command("SET"))
+        with pytest.raises(redis.ConnectionError):
+            client.set("lost", "ran")
+        assert proxy.replies_lost == 1
+        with private_redis.client() as direct:
+            assert direct.get("lost") == b"ran"
+        assert client.get("lost") == b"ran"  # a new connection, through the proxy
+        assert proxy.replies_lost == 1
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["non-blocking", "blocking"])
+async def test_an_acquire_whose_reply_is_lost_holds_or_leaves_nothing(
+    api, private_redis, make_proxy, make_backend, blocking
+):
+    """The acquire's ``EVALSHA`` reaches the server (the lock is written under the
+    acquire's token) and its reply is lost. The acquire must return True and own the
+    lock, or raise ``LockBackendUnavailable`` and leave no lock behind (checked on the
+    server itself, within a few seconds); returning False would mean it found the lock
+    "busy" with its own token (an acquire retried after the lost reply), and the lock
+    would stay held by nobody for the whole lease."""
+    proxy = make_proxy(private_redis)
+    backend = make_backend(port=proxy.port, timeout=LEASE, auto_renew=False)
+    warm_up = Lock(f"{NAME}-warm-up", backend=backend)
+    assert await api.acquire(warm_up, blocking=False)  # scripts loaded, layout claimed
+    await api.release(warm_up)
+    lock = Lock(NAME, backend=backend)
+    proxy.lose_reply(acquire_of(NAME))
+    began = time.monotonic()
+    try:
+        outcome: object = await api.acquire(lock, blocking=blocking, blocking_timeout=5)
+    except LockBackendUnavailable as exc:
+        outcome = exc
+    took = time.monotonic() - began
+    assert proxy.replies_lost == 1, "the acquire's reply was not the one lost"
+    with private_redis.client() as direct:
+        if outcome is True:
+            assert await api.owned(lock)
+            stored = direct.get(lock_key(NAME))
+            assert stored is not None
+            assert stored.startswith(lock.token.encode())
+            await api.release(lock)
+        else:
+            assert isinstance(outcome, LockBackendUnavailable), (
+                f"acquire returned {outcome!r} after {took:.2f}s: its own lock made it busy"
+            )
+            assert lock.held is False
+            try:
+                await await_until(lambda: not direct.exists(lock_key(NAME)), GONE_WITHIN)
+            except AssertionError:
+                pytest.fail(
+                    f"the lost acquire's lock is still held {GONE_WITHIN}s later, "
+                    f"for {direct.pttl(lock_key(NAME))} ms more"
+                )
+    # Whatever happened, the name is free again for anybody.
+    other = Lock(NAME, backend=make_backend(private_redis))
+    assert await api.acquire(other, blocking=False)
+    await api.release(other)
