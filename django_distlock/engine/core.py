@@ -301,13 +301,14 @@ def taken_reply(name: str, reply: Any) -> tuple[int, int] | None:
 def released_reply(name: str, reply: Any) -> tuple[bool, Any]:
     """``(released, head)`` from a release's reply ``released``/``not held`` or
     ``{'released' | 'not held', head}`` (``head``: a fair waiter to wake, or empty)."""
-    tag = _tag(reply)
-    if isinstance(reply, list) and tag in ("released", "not") and len(reply) == 2:
-        return tag == "released", reply[1]
-    if tag == "released":
-        return True, b""
-    if tag == "not":  # "not held"
-        return False, b""
+    head: Any = b""
+    if isinstance(reply, list) and len(reply) == 2:
+        reply, head = reply
+    outcome = _text(reply) if isinstance(reply, bytes | str) else None
+    if outcome == "released":
+        return True, head
+    if outcome == "not held":
+        return False, head
     raise unexpected(name, "a release", reply)
 
 
