@@ -19,7 +19,6 @@ from .requests import (
     BACKEND_ERRORS,
     NotSent,
     Request,
-    aexchange,
     answer_of,
     by_server,
     commands_for,
@@ -93,9 +92,7 @@ class AsyncDriver:
         started = time.monotonic()
         while True:
             try:
-                replies = await aexchange(
-                    server.requests, commands_for(request, by_sha=by_sha, asking=asking)
-                )
+                replies = await server.request(commands_for(request, by_sha=by_sha, asking=asking))
             except NotSent as failed:
                 server = await _aelsewhere(routes, key, server, failed.error)
                 redirects += 1
@@ -149,11 +146,11 @@ class AsyncDriver:
 
     async def _scripts_on(self, server: AsyncServer, calls: list[Call]) -> list[Any]:
         commands = [commands_for(call, by_sha=True, asking=False)[0] for call in calls]
-        replies = await aexchange(server.requests, commands)
+        replies = await server.request(commands)
         missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if missing:
             commands = [commands_for(calls[i], by_sha=False, asking=False)[0] for i in missing]
-            loaded = await aexchange(server.requests, commands)
+            loaded = await server.request(commands)
             for i, reply in zip(missing, loaded, strict=True):
                 replies[i] = reply
         return replies
@@ -161,7 +158,7 @@ class AsyncDriver:
     async def pipeline(self, server: AsyncServer, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
         """Async twin of :meth:`SyncDriver.pipeline`."""
         try:
-            return await aexchange(server.requests, commands)
+            return await server.request(commands)
         except NotSent as failed:
             raise unavailable(self.name, failed.error) from failed
         except BACKEND_ERRORS as exc:

@@ -22,7 +22,6 @@ from .requests import (
     answer_of,
     by_server,
     commands_for,
-    exchange,
     failure,
     interrupted,
     redirect_of,
@@ -82,9 +81,7 @@ class SyncDriver:
         started = time.monotonic()
         while True:
             try:
-                replies = exchange(
-                    server.requests, commands_for(request, by_sha=by_sha, asking=asking)
-                )
+                replies = server.request(commands_for(request, by_sha=by_sha, asking=asking))
             except NotSent as failed:
                 server = _elsewhere(routes, key, server, failed.error)
                 redirects += 1
@@ -140,13 +137,13 @@ class SyncDriver:
 
     def _scripts_on(self, server: Server, calls: list[Call], deadline: float) -> list[Any]:
         commands = [commands_for(call, by_sha=True, asking=False)[0] for call in calls]
-        replies = exchange(server.requests, commands, deadline)
+        within = self.backend.tuning.renewal_attempt
+        replies = server.bounded_request(commands, deadline, within)
         missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if missing:
             commands = [commands_for(calls[i], by_sha=False, asking=False)[0] for i in missing]
-            for i, reply in zip(
-                missing, exchange(server.requests, commands, deadline), strict=True
-            ):
+            loaded = server.bounded_request(commands, deadline, within)
+            for i, reply in zip(missing, loaded, strict=True):
                 replies[i] = reply
         return replies
 
@@ -154,7 +151,7 @@ class SyncDriver:
         """Run plain ``commands`` pipelined on ``server``; an error reply takes the place
         of its result."""
         try:
-            return exchange(server.requests, commands)
+            return server.request(commands)
         except NotSent as failed:
             raise unavailable(self.name, failed.error) from failed
         except BACKEND_ERRORS as exc:

@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import threading
 import weakref
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any
 
 import redis
@@ -35,7 +35,9 @@ import redis.asyncio.retry
 import redis.cluster
 import redis.retry
 from redis.backoff import NoBackoff
-from redis.exceptions import AskError, MovedError
+from redis.exceptions import AskError, MaxConnectionsError, MovedError
+
+from .requests import NotSent, aexchange, exchange
 
 __all__ = [
     "MAX_IDLE_WAITS",
@@ -50,6 +52,9 @@ __all__ = [
 
 MAX_IDLE_WAITS = 8
 """Idle connections a server's wait pool keeps after a burst of waiters is over."""
+MAX_WAITS = 2**31
+"""The wait pool has no cap of its own (redis-py's pools default to 100): each waiter
+holds one connection for its whole wait, and hundreds may wait at once."""
 
 
 def no_retry() -> redis.retry.Retry:
@@ -63,18 +68,28 @@ def _wait_pool_settings(pool: Any) -> dict[str, Any]:
     pool's connections keep asking that pool's Sentinels for the primary."""
     kwargs = dict(pool.connection_kwargs)
     kwargs.pop("maint_notifications_pool_handler", None)
-    return {"connection_class": pool.connection_class, **kwargs}
+    return {"connection_class": pool.connection_class, "max_connections": MAX_WAITS, **kwargs}
 
 
 class Server:
     """One server as sync code reaches it (see the module docstring)."""
 
-    __slots__ = ("__weakref__", "_lock", "_peak", "_waiting", "_waits", "name", "requests")
+    __slots__ = (
+        "__weakref__",
+        "_bounded",
+        "_lock",
+        "_peak",
+        "_waiting",
+        "_waits",
+        "name",
+        "requests",
+    )
 
     def __init__(self, name: str, requests: redis.ConnectionPool) -> None:
         self.name = name
         self.requests = requests
         self._waits: redis.ConnectionPool | None = None
+        self._bounded: redis.ConnectionPool | None = None
         self._waiting = 0
         self._peak = 0
         self._lock = threading.Lock()
@@ -82,12 +97,49 @@ class Server:
     def __repr__(self) -> str:
         return f"<Server {self.name}>"
 
+    def request(
+        self, commands: Sequence[Sequence[Any]], deadline: float | None = None
+    ) -> list[Any]:
+        """:func:`~.requests.exchange` on the request pool; on the wait pool when the
+        client's pool is at its ``max_connections`` (hundreds of waiters re-checking at
+        once must not fail with pool errors)."""
+        try:
+            return exchange(self.requests, commands, deadline)
+        except NotSent as failed:
+            if not isinstance(failed.error, MaxConnectionsError):
+                raise
+        return exchange(self._wait_pool(), commands, deadline)
+
+    def bounded_request(
+        self, commands: Sequence[Sequence[Any]], deadline: float, connect_within: float
+    ) -> list[Any]:
+        """:func:`~.requests.exchange` until the monotonic ``deadline``, on a pool whose
+        connections take at most ``connect_within`` seconds to connect and shake hands
+        (renewals: a stalled server accepts connections but never answers, and the
+        client's socket timeout may be longer than the lease to save)."""
+        pool = self._bounded
+        if pool is None:
+            with self._lock:
+                if self._bounded is None:
+                    settings = _wait_pool_settings(self.requests)
+                    settings["socket_timeout"] = settings["socket_connect_timeout"] = connect_within
+                    self._bounded = redis.ConnectionPool(**settings)
+                pool = self._bounded
+        return exchange(pool, commands, deadline)
+
+    def _wait_pool(self) -> redis.ConnectionPool:
+        waits = self._waits
+        if waits is None:
+            with self._lock:
+                if self._waits is None:
+                    self._waits = redis.ConnectionPool(**_wait_pool_settings(self.requests))
+                waits = self._waits
+        return waits
+
     def open_wait(self) -> Any:
         """A connection of the wait pool, connected (give it back with :meth:`close_wait`)."""
+        waits = self._wait_pool()
         with self._lock:
-            if self._waits is None:
-                self._waits = redis.ConnectionPool(**_wait_pool_settings(self.requests))
-            waits = self._waits
             self._waiting += 1
             self._peak = max(self._peak, self._waiting)
         try:
@@ -116,9 +168,11 @@ class Server:
             waits.disconnect(inuse_connections=False)
 
     def close(self) -> None:
-        """Close the wait pool's idle connections (``requests`` is its client's)."""
-        if self._waits is not None:
-            self._waits.disconnect(inuse_connections=False)
+        """Close the idle connections of the engine's pools (``requests`` is its
+        client's)."""
+        for pool in (self._waits, self._bounded):
+            if pool is not None:
+                pool.disconnect(inuse_connections=False)
 
 
 class AsyncServer:
@@ -140,11 +194,23 @@ class AsyncServer:
     def __repr__(self) -> str:
         return f"<AsyncServer {self.name}>"
 
-    async def open_wait(self) -> Any:
-        """Async twin of :meth:`Server.open_wait`."""
+    async def request(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """Async twin of :meth:`Server.request`."""
+        try:
+            return await aexchange(self.requests, commands)
+        except NotSent as failed:
+            if not isinstance(failed.error, MaxConnectionsError):
+                raise
+        return await aexchange(self._wait_pool(), commands)
+
+    def _wait_pool(self) -> redis.asyncio.ConnectionPool:
         if self._waits is None:
             self._waits = redis.asyncio.ConnectionPool(**_wait_pool_settings(self.requests))
-        waits = self._waits
+        return self._waits
+
+    async def open_wait(self) -> Any:
+        """Async twin of :meth:`Server.open_wait`."""
+        waits = self._wait_pool()
         self._waiting += 1
         self._peak = max(self._peak, self._waiting)
         try:

@@ -9,7 +9,7 @@ import pytest
 import redis
 from redis.exceptions import AskError, MovedError, TryAgainError
 
-from django_distlock.engine import Backend, Lock, LockBackendError, LockBackendUnavailable
+from django_distlock.engine import Backend, Lock, LockBackendError, LockBackendUnavailable, Tuning
 from django_distlock.engine.cancellation import completed
 from django_distlock.engine.core import Call
 from django_distlock.engine.io import SyncDriver
@@ -125,7 +125,7 @@ async def test_bounded_call_is_bounded_while_connecting_to_a_stalled_server(priv
     """A renewal may not wait longer than the lease it is trying to save, even if it
     has to open a connection first (redis-py's default socket timeout is 5 s)."""
     client = sync_client(private_redis.port, socket_timeout=5, socket_connect_timeout=5)
-    backend = Backend(client)
+    backend = Backend(client, tuning=Tuning(renewal_attempt=0.3))
     driver = SyncDriver(backend, "x")
     call = Call(TTL, (lock_key("x"),), ("token",))
     private_redis.pause()
