@@ -25,7 +25,7 @@ import os
 import random
 import socket
 import time
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -384,6 +384,7 @@ def acquire_steps(
     replicas: tuple[int, int] | None = None,
     mode: str = EXCLUSIVE,
     limit: int = 1,
+    on_unreleased: Callable[[], None] | None = None,
 ) -> Generator[Op, Any, Acquired | NotAcquired | NotReplicated]:
     """Steps to take a lock, waiting (until the monotonic ``deadline``, or forever when
     it is ``None``) if ``blocking``.
@@ -400,6 +401,9 @@ def acquire_steps(
 
     ``mode`` :data:`SHARED` takes a shared hold, :data:`LIMITED` one of ``limit``; a lock
     held as another kind raises ``LockError``.
+
+    ``on_unreleased()`` is called when that give-back itself fails (Redis unreachable):
+    the caller keeps trying it until the lease would have ended.
     """
     waiter = token[:16] if blocking else ""
     liveness_ms = tuning.waiter_liveness_ms
@@ -518,8 +522,11 @@ def acquire_steps(
     except BaseException:
         if may_hold:
             # Only our own token is deleted, so this is safe even if the script never ran.
-            with contextlib.suppress(LockError):
+            try:
                 yield from release_steps(keys, token, liveness_ms, mode)
+            except LockError:
+                if on_unreleased is not None:
+                    on_unreleased()
         raise
     finally:
         # Leaving without the lock (or on error): end the wait and hand on any wake-up

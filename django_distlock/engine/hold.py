@@ -71,6 +71,9 @@ class Hold:
     releasing: bool = False
     """A release is in flight: a renewal finding the lock gone proves nothing."""
     lost_reported: bool = field(default=False, repr=False)
+    giving_back: bool = False
+    """An acquire that failed may have left the lock held with this token (its reply was
+    lost, and so was its clean-up): the watchdog releases it once Redis answers."""
 
     def expired(self, now: float | None = None) -> bool:
         """True once the lease has run out without a confirmed renewal."""

@@ -353,7 +353,7 @@ class Lock:
         task = running_task()
         if self.reentrant and self._reenter(task):
             return True
-        hold, steps = self._begin(blocking, blocking_timeout, owner, task)
+        hold, steps = self._begin(blocking, blocking_timeout, owner, task, thread_watchdog)
         driver = SyncDriver(hold.backend, self.name)
         try:
             outcome = driver.run(steps)
@@ -379,7 +379,7 @@ class Lock:
             owner = current_task_or_thread()
         if self.reentrant and self._reenter(owner):
             return True
-        hold, steps = self._begin(blocking, blocking_timeout, owner, owner)
+        hold, steps = self._begin(blocking, blocking_timeout, owner, owner, loop_watchdog)
         hold.loop = asyncio.get_running_loop()
         driver = AsyncDriver(hold.backend, self.name)
         try:
@@ -393,7 +393,12 @@ class Lock:
         return self._settle(hold, outcome, owner, loop_watchdog)
 
     def _begin(
-        self, blocking: Any, blocking_timeout: Any, owner: Any, task: Any
+        self,
+        blocking: Any,
+        blocking_timeout: Any,
+        owner: Any,
+        task: Any,
+        watchdog: Callable[[], Any],
     ) -> tuple[Hold, Any]:
         blocking, blocking_timeout = waiting_options(
             blocking, blocking_timeout, self.blocking, self.blocking_timeout
@@ -431,6 +436,7 @@ class Lock:
             replicas=self._replicas(backend),
             mode=hold.mode,
             limit=hold.limit,
+            on_unreleased=lambda: watchdog().give_back(hold),
         )
         if stale is not None:
             steps = _after_release_of(stale, steps)

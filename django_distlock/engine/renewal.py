@@ -21,6 +21,7 @@ from .hold import Hold
 from .scripts import WAKE
 
 __all__ = [
+    "GIVE_BACK",
     "LOST_CAUSES",
     "RenewalPlan",
     "abandoned_reason",
@@ -32,6 +33,7 @@ __all__ = [
     "end_lease",
     "expired_abandoned",
     "first_renewal",
+    "give_back_retry",
     "hold_event",
     "lease_end_reason",
     "lost_cause",
@@ -146,7 +148,18 @@ def end_lease(hold: Hold) -> Callable[[Hold], None] | None:
 
 def settled(hold: Hold) -> bool:
     """True when the watchdog has nothing more to do for ``hold``."""
+    if hold.giving_back:
+        return hold.released
     return hold.released or hold.releasing or hold.lost or not hold.auto_renew
+
+
+def give_back_retry(hold: Hold, now: float) -> float | None:
+    """When to try giving back ``hold`` again after a failed attempt at ``now``; ``None``
+    once its lease is over (Redis has let it go by itself)."""
+    if hold.expired(now):
+        hold.released = True
+        return None
+    return min(now + max(hold.lease / 20, 0.05), hold.valid_until_mono)
 
 
 def mark_lost(hold: Hold, reason: str = "") -> bool:
@@ -255,6 +268,9 @@ def released_abandoned(hold: Hold, reply: Any) -> None:
     tell_holder(hold)
 
 
+GIVE_BACK = "the acquire that took it failed"
+"""A :class:`RenewalPlan` entry releasing a hold of a failed acquire (``giving_back``)."""
+
 Submit = Callable[..., None]
 """Runs a report off the renewal path: ``submit(function, *args)`` (the notifier)."""
 
@@ -284,6 +300,15 @@ def plan_renewals(holds: list[Hold], now: float, submit: Submit) -> RenewalPlan:
     abandoned: list[str] = []
     timeout = math.inf
     for hold in holds:
+        if hold.giving_back:
+            if hold.expired(now):
+                hold.released = True  # its lease is over: nothing left to give back
+                continue
+            sent.append(hold)
+            abandoned.append(GIVE_BACK)
+            calls.append(abandoned_release_call(hold))
+            timeout = min(timeout, attempt_timeout(hold, now))
+            continue
         reason = abandoned_reason(hold)
         left = attempt_timeout(hold, now)
         if left <= 0 and not reason:
@@ -309,6 +334,15 @@ def after_renewals(
     that wake the fair waiters the released abandoned holds named."""
     wakes: list[Call] = []
     for hold, reply, reason in zip(plan.holds, replies, plan.abandoned, strict=True):
+        if reason is GIVE_BACK:
+            if isinstance(reply, LockError):
+                if (due := give_back_retry(hold, time.monotonic())) is not None:
+                    schedule(hold, due)
+                continue
+            hold.released = True
+            wakes += wake_calls(hold, reply)
+            logger.info("django-distlock: gave back lock %r after a failed acquire", hold.name)
+            continue
         if reason:
             wakes += wake_calls(hold, reply)
             if mark_lost(hold, reason):

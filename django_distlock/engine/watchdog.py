@@ -47,6 +47,7 @@ from .renewal import (
     after_renewals,
     end_lease,
     first_renewal,
+    give_back_retry,
     on_grid,
     plan_renewals,
     settled,
@@ -63,6 +64,13 @@ demand), so that backends that are gone leave no threads behind."""
 
 RENEW = 0
 DEADLINE = 1
+
+
+def prepare_give_back(hold: Hold) -> None:
+    """Mark ``hold`` (never adopted by its lock) for the watchdog to give back; its lease
+    counts from when its acquire began."""
+    hold.giving_back = True
+    hold.valid_until_mono = hold.started_mono + hold.lease
 
 
 def lane_of(hold: Hold) -> Any:
@@ -194,6 +202,12 @@ class ThreadWatchdog:
         """Start renewing ``hold`` until it is released."""
         self._add(first_renewal(hold), RENEW, hold)
 
+    def give_back(self, hold: Hold) -> None:
+        """Release ``hold``, left by an acquire that failed, once Redis answers."""
+        prepare_give_back(hold)
+        if (due := give_back_retry(hold, time.monotonic())) is not None:
+            self._add(due, RENEW, hold)
+
     def schedule(self, hold: Hold, due: float) -> None:
         """Renew ``hold`` again at monotonic time ``due``."""
         self._add(due, RENEW, hold)
@@ -245,7 +259,8 @@ class ThreadWatchdog:
                         self.notifier.submit(report, hold)
                     continue
                 by_lane.setdefault(lane_of(hold), []).append(hold)
-                self._add(hold.valid_until_mono, DEADLINE, hold)
+                if not hold.giving_back:  # nobody holds it: no loss to report
+                    self._add(hold.valid_until_mono, DEADLINE, hold)
             for key, holds in by_lane.items():
                 lane = self._lanes.get(key)
                 if lane is None or not lane.submit(holds):
@@ -280,6 +295,12 @@ class LoopWatchdog:
     def watch(self, hold: Hold) -> None:
         """Start renewing ``hold`` until it is released."""
         self._schedule(hold, first_renewal(hold))
+
+    def give_back(self, hold: Hold) -> None:
+        """Async twin of :meth:`ThreadWatchdog.give_back`."""
+        prepare_give_back(hold)
+        if (due := give_back_retry(hold, time.monotonic())) is not None:
+            self._schedule(hold, due)
 
     def _schedule(self, hold: Hold, due: float) -> None:
         at = on_grid(hold, due)

@@ -16,6 +16,7 @@ import pytest
 import redis
 
 from django_distlock.engine import Lock, LockBackendUnavailable
+from django_distlock.engine.scripts import RELEASE
 from tests.support.engine import await_until, lock_key, sync_client
 from tests.support.proxy import sends_command
 
@@ -97,3 +98,37 @@ async def test_an_acquire_whose_reply_is_lost_holds_or_leaves_nothing(
     other = Lock(NAME, backend=make_backend(private_redis))
     assert await api.acquire(other, blocking=False)
     await api.release(other)
+
+
+async def test_a_lock_whose_give_back_could_not_reach_redis_is_given_back_once_it_answers(
+    api, private_redis, make_proxy, make_backend
+):
+    """The acquire's reply is lost and Redis stays out of reach a moment longer, so the
+    acquire's own clean-up fails too: the lock is still given back by its token as soon
+    as Redis answers again (the watchdog keeps trying), not left held for the lease."""
+    proxy = make_proxy(private_redis)
+    backend = make_backend(
+        port=proxy.port,
+        timeout=LEASE,
+        auto_renew=False,
+        client_kwargs={"socket_connect_timeout": 0.5, "socket_timeout": 0.5},
+    )
+    warm_up = Lock(f"{NAME}-warm-up", backend=backend)
+    assert await api.acquire(warm_up, blocking=False)
+    await api.release(warm_up)
+    lock = Lock(NAME, backend=backend)
+    proxy.lose_reply(acquire_of(NAME))
+    # The acquire's clean-up (a release by its token) gets no answer in time either.
+    release = RELEASE.sha.encode()
+    proxy.delay_client_data(lambda chunk: release in chunk, 30.0)
+    with pytest.raises(LockBackendUnavailable):
+        await api.acquire(lock, blocking=False)
+    assert proxy.replies_lost == 1
+    proxy.clear_delays()
+    proxy.cut()  # the held-back clean-up never reaches Redis
+    with private_redis.client() as direct:
+        stored = direct.get(lock_key(NAME))
+        assert stored is not None, "the acquire never reached Redis"
+        began = time.monotonic()
+        await await_until(lambda: direct.exists(lock_key(NAME)) == 0, within=GONE_WITHIN)
+        assert time.monotonic() - began < GONE_WITHIN < LEASE

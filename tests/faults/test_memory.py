@@ -7,8 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from django_distlock.engine import Lock
-from django_distlock.engine.core import LAYOUT_MARKER
-from django_distlock.engine.keys import bucket_of, legacy_index_key
+from django_distlock.engine.keys import bucket_of
 from tests.support.engine import keys_of, stored_lock
 
 NAMES = 2000
@@ -22,11 +21,8 @@ async def test_released_locks_leave_only_short_lived_fence_counters(api, backend
         assert await api.acquire(lock, blocking=False)
         await api.release(lock)
 
-    # One permanent key besides the counters: the layout marker the first acquire
-    # leaves where the 0.1.0.dev0 index lived (see "Upgrading" in the README).
-    marker = legacy_index_key(backend.prefix)
-    assert redis_client.get(marker) == LAYOUT_MARKER.encode()
-    keys = [key.decode() for key in redis_client.scan_iter(count=1000) if key.decode() != marker]
+    # Nothing permanent: only the fence counters, each with its lifetime.
+    keys = [key.decode() for key in redis_client.scan_iter(count=1000)]
     fences = {keys_of(f"job:{i}").fence for i in range(NAMES)}
     assert [key for key in keys if key not in fences] == []
     lifetimes = [redis_client.pttl(key) / 1000 for key in keys]
