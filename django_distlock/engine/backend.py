@@ -25,7 +25,8 @@ from .clusters import (
 from .core import EXCLUSIVE
 from .exceptions import LockError
 from .keys import validate_prefix, validate_replicas, validate_seconds
-from .servers import AsyncRoutes, LoopRoutes, Routes, Server
+from .loop_routes import LoopRoutes
+from .servers import AsyncRoutes, Routes, Server
 from .tuning import Tuning
 
 __all__ = ["Backend", "Event", "Observer"]

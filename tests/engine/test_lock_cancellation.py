@@ -12,7 +12,14 @@ import pytest
 from redis.asyncio.connection import AbstractConnection
 
 from django_distlock.engine import Lock
-from tests.support.engine import await_until, blocked_clients, keys_of, lock_key, stored_lock
+from tests.support.engine import (
+    await_until,
+    blocked_clients,
+    keys_of,
+    lock_key,
+    stored_lock,
+    wait_until,
+)
 
 
 async def cancel_and_wait(task: asyncio.Task) -> None:
@@ -169,6 +176,41 @@ async def test_cancelling_a_waiter_as_it_is_woken_does_not_strand_the_next(
         released_at = time.monotonic()
         await asyncio.sleep(rng.uniform(0, 0.002))
         first_task.cancel()
+        await asyncio.gather(first_task, return_exceptions=True)
+        await asyncio.wait_for(second_task, 5)
+        assert time.monotonic() - released_at < 0.5
+        assert redis_client.exists(lock_key("handoff")) == 0
+
+
+@pytest.mark.parametrize("fair", [False, True], ids=["unfair", "fair"])
+async def test_a_waiter_cancelled_after_its_wait_took_the_wake_up_hands_it_on(
+    backend, redis_client, fair
+):
+    """The window of a stranded waiter, hit on purpose: the server has answered the first
+    waiter's ``BLPOP`` with the wake-up (it left the server's blocked clients), and the
+    first waiter is cancelled before its task ever sees that answer. The wake-up it
+    consumed must reach the second waiter at once, not at the second's re-check (up to
+    the holder's lease, 30 s here)."""
+    for _ in range(5):
+        holder = Lock("handoff", backend=backend, fair=fair, timeout=30)
+        first = Lock("handoff", backend=backend, fair=fair, timeout=30)
+        second = Lock("handoff", backend=backend, fair=fair, timeout=30)
+        assert holder.acquire()  # sync: its release below runs no task of this loop
+
+        async def take_and_give_back(lock):
+            assert await lock.aacquire(blocking_timeout=10)
+            await lock.arelease()
+
+        first_task = asyncio.create_task(take_and_give_back(first))
+        await await_until(lambda: blocked_clients(redis_client) == 1)
+        second_task = asyncio.create_task(take_and_give_back(second))
+        await await_until(lambda: blocked_clients(redis_client) == 2)
+
+        holder.release()
+        released_at = time.monotonic()
+        # No await from the release to the cancel: the first waiter cannot run meanwhile.
+        wait_until(lambda: blocked_clients(redis_client) == 1, timeout=5)
+        assert first_task.cancel()
         await asyncio.gather(first_task, return_exceptions=True)
         await asyncio.wait_for(second_task, 5)
         assert time.monotonic() - released_at < 0.5

@@ -30,10 +30,16 @@ def _watched() -> list[Hold]:
 
 
 def release_abandoned_holds() -> list[str]:
-    """Release the holds nobody can release any more; return their names."""
+    """Release the holds nobody can release any more; return their names. The locks of
+    failed acquires that the watchdog is still giving back (their server was down) are
+    no test's fault: they are dropped quietly, so that no later test sees their
+    releases."""
     if not _watched():
         return []
     gc.collect()
+    for hold in _watched():
+        if hold.giving_back:
+            hold.released = True
     abandoned = [hold for hold in _watched() if abandoned_reason(hold)]
     for hold in abandoned:
         hold.released = True  # the watchdog leaves it alone from now on
