@@ -226,6 +226,8 @@ def test_release_a_lock_not_held(redis_client):
         distlock_cli("release", "nope", "--force")
 
 
+@pytest.mark.django_db
+@override_settings(DISTLOCK={"EVENTS": "sync"})
 def test_release_does_not_touch_a_lock_that_changed_hands(redis_client, monkeypatch):
     first = distlock("contested")
     assert first.acquire()
@@ -243,6 +245,8 @@ def test_release_does_not_touch_a_lock_that_changed_hands(redis_client, monkeypa
         distlock_cli("release", "contested", "--force")
     assert second.owned()
     second.release()
+    # "nothing was done", and the history agrees: no force_released row.
+    assert not LockEvent.objects.filter(kind="force_released").exists()
 
 
 # -- kinds: a hold per row ---------------------------------------------------------------
