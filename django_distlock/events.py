@@ -94,9 +94,12 @@ def observer_for(config: Config) -> Observer:
 
 def record_force_release(held_lock: HeldLock, user: Any, *, released: bool) -> None:
     """Record that ``user`` (or ``None``: a script, the CLI) force-released ``held_lock``
-    and send ``lock_force_released``. ``released`` is ``False`` when the lock had changed
-    hands or expired since it was read, so nothing was deleted; the attempt is recorded
-    anyway, with that said in ``reason``.
+    and send ``lock_force_released``.
+
+    ``released`` is ``False`` when the hold had ended or the lock changed hands since it
+    was read, so nothing was deleted: that attempt is not a force release, and the
+    history only records what happened, so it writes no row (the operator was told, and
+    the signal still goes out, with ``released=False``, for those who audit attempts).
 
     Called by ``HeldLock.release(force=True, by=user)``; the row is written like every
     other event (``DISTLOCK["EVENTS"]``), with the hold's ``mode`` and ``limit``.
@@ -104,32 +107,29 @@ def record_force_release(held_lock: HeldLock, user: Any, *, released: bool) -> N
     >>> record_force_release(held_lock, request.user, released=True)  # doctest: +SKIP
     """
     user_pk = getattr(user, "pk", None)
-    username = user.get_username() if user_pk is not None and hasattr(user, "get_username") else ""
-    by = f" by {username}" if username else ""
-    if released:
-        reason = f"force-released{by}"
-    else:
-        reason = f"force release{by} found the lock changed hands or expired: nothing released"
-    try:
-        held = (timezone.now() - held_lock.acquired_at).total_seconds()
-    except TypeError:  # not read from Redis, or naive vs aware
-        held = None
-    event = Event(
-        kind="force_released",
-        name=held_lock.name,
-        fence=held_lock.fence,
-        context=held_lock.context or "",
-        host=held_lock.host or "",
-        pid=held_lock.pid,  # type: ignore[arg-type]
-        thread=held_lock.thread or "",
-        held=held,
-        reason=reason,
-        at=time.time(),
-        mode=held_lock.mode or EXCLUSIVE,
-        limit=held_lock.limit,
-    )
     write = _WRITERS.get(get_config().events)
-    if write is not None:
+    if released and write is not None:
+        username = (
+            user.get_username() if user_pk is not None and hasattr(user, "get_username") else ""
+        )
+        try:
+            held = (timezone.now() - held_lock.acquired_at).total_seconds()
+        except TypeError:  # not read from Redis, or naive vs aware
+            held = None
+        event = Event(
+            kind="force_released",
+            name=held_lock.name,
+            fence=held_lock.fence,
+            context=held_lock.context or "",
+            host=held_lock.host or "",
+            pid=held_lock.pid,  # type: ignore[arg-type]
+            thread=held_lock.thread or "",
+            held=held,
+            reason=f"force-released by {username}" if username else "force-released",
+            at=time.time(),
+            mode=held_lock.mode or EXCLUSIVE,
+            limit=held_lock.limit,
+        )
         write((event, user_pk))
     if signals.lock_force_released.receivers:
         _send(

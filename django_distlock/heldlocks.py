@@ -330,8 +330,11 @@ def release_held_lock(held: HeldLock, *, force: bool = False, by: Any = None) ->
 
     This takes a lock away from a process that believes it holds it (its watchdog tells
     it: ``lock.lost``, ``lock_lost``, ``LockLost`` on leaving ``with``), so it refuses to
-    run without ``force=True``. A ``force_released`` event records ``by`` (a user).
-    ``HeldLock.release(force=True, by=user)`` calls this.
+    run without ``force=True``. A ``force_released`` event records ``by`` (a user) when
+    it released the hold; one that found nothing to release records no event (the
+    history says only what happened), and the recorder still sends
+    ``lock_force_released`` with ``released=False``. ``HeldLock.release(force=True,
+    by=user)`` calls this.
 
     >>> release_held_lock(HeldLock.objects.get(name="job"), force=True, by=user)  # doctest: +SKIP
     True

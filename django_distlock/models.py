@@ -177,8 +177,8 @@ class HeldLock(models.Model):
     def release(self, force: bool = False, by: Any = None) -> bool:
         """Force-release this lock (``force=True`` is required): a compare-and-delete on
         the token it was read with, so a lock that changed hands since is not touched.
-        Returns whether it was released; records a ``force_released`` event with ``by``
-        (the operator) and sends ``lock_force_released``. The evicted holder finds out
-        through its watchdog (``lock.lost``, ``on_lost``, ``LockLost``). For a shared or
-        limited lock only this hold ends: the other holders keep theirs."""
+        Returns whether it was released; if it was, records a ``force_released`` event
+        with ``by`` (the operator); sends ``lock_force_released`` either way. The evicted
+        holder finds out through its watchdog (``lock.lost``, ``on_lost``, ``LockLost``).
+        For a shared or limited lock only this hold ends: the other holders keep theirs."""
         return release_held_lock(self, force=force, by=by)

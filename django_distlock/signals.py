@@ -68,4 +68,5 @@ lock_force_released = Signal()
 class) and keyword arguments ``held_lock`` (the :class:`~django_distlock.models.HeldLock`
 as it was read: ``held_lock.mode`` and ``held_lock.token`` say which hold), ``user`` (or
 ``None``) and ``released``: ``False`` when the hold had already ended or the lock
-changed hands, so nothing was deleted."""
+changed hands, so nothing was deleted (such an attempt is sent, but not recorded as a
+``force_released`` event)."""

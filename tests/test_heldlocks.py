@@ -492,6 +492,33 @@ def test_force_release_leaves_a_lock_that_changed_hands(redis_client, hold, forc
 
 
 @pytest.mark.django_db
+def test_a_force_release_that_found_nothing_records_no_event(
+    redis_client, hold, django_user_model, locks_on, force_releases
+):
+    # The audit trail records what happened: a lock that changed hands or expired since
+    # it was read is not force-released, so no force_released row says it was.
+    from django_distlock.models import LockEvent
+
+    operator = django_user_model.objects.create_user("operator")
+    with locks_on(EVENTS="sync"):
+        first = distlock("job")
+        first.acquire()
+        changed_hands = HeldLock.objects.get(name="job")
+        first.release()
+        second = hold.enter_context(distlock("job"))
+        expired = HeldLock.objects.get(name="job")
+        second.release()
+
+        assert changed_hands.release(force=True, by=operator) is False
+        assert expired.release(force=True, by=operator) is False
+
+        assert not LockEvent.objects.filter(kind="force_released").exists()
+        assert LockEvent.objects.filter(name="job").count() == 4  # acquired and released x 2
+    # Receivers of the signal are told of the attempt, as what it was.
+    assert [(e["user"], e["released"]) for e in force_releases] == [(operator, False)] * 2
+
+
+@pytest.mark.django_db
 def test_force_release_records_who_did_it(redis_client, django_user_model, locks_on):
     from django_distlock.models import LockEvent
 

@@ -4,11 +4,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
@@ -26,6 +29,7 @@ from django_distlock.supervisor import (
 )
 from tests.support import REPO_ROOT
 from tests.support.engine import lock_key, python, stored_lock, wait_until
+from tests.support.programs import WritingScript, writing_script
 from tests.support.redis_servers import RedisServer
 
 needs_posix = pytest.mark.skipif(os.name != "posix", reason="POSIX process groups")
@@ -122,6 +126,128 @@ def test_a_lost_lock_stops_the_program(backend, redis_client):
     assert f"(program exit status {128 + signal.SIGTERM})" in reports[-1]
 
 
+def _group_at_release(lock: Lock, script: WritingScript) -> list[bool]:
+    """Whether the program's process group still had a process each time ``lock`` was
+    released (``lock.release`` wrapped)."""
+    alive: list[bool] = []
+    release = lock.release
+
+    def checked_release() -> None:
+        try:
+            os.killpg(script.process_group(), 0)
+        except ProcessLookupError:
+            alive.append(False)
+        else:
+            alive.append(True)
+        release()
+
+    lock.release = checked_release  # type: ignore[method-assign]
+    return alive
+
+
+@needs_posix
+def test_a_lost_lock_stops_the_programs_whole_process_group(backend, redis_client, tmp_path):
+    # The shell dies of SIGTERM at once; its child ignores it and is still writing: only
+    # SIGKILL to the group after the grace period stops it, and only then may the lock go.
+    script = writing_script(tmp_path, ignore_sigterm=True)
+    lock = Lock("job", backend=backend, timeout=1, auto_renew=True)
+    alive_at_release = _group_at_release(lock, script)
+
+    def steal_once_writing() -> None:
+        script.writer_pid()
+        redis_client.delete(lock_key("job"))
+
+    thief = threading.Thread(target=steal_once_writing)
+    thief.start()
+    try:
+        status, reports = run(lock, script.command, grace=0.5)
+        thief.join()
+        assert status == EXIT_LOST
+        assert "sending SIGKILL" in reports[1]
+        assert alive_at_release == [False]
+        assert not script.writer_exists()
+        assert not script.still_writing()
+    finally:
+        script.kill_writer()
+
+
+@needs_posix
+def test_the_lock_is_held_until_the_programs_background_processes_end(
+    backend, redis_client, tmp_path
+):
+    # The shell exits at once, its child writes on for about half a second and exits; the
+    # child's zombie (reparented away from the shell) must be reaped, or the group
+    # never ends.
+    script = writing_script(tmp_path, then="exit 3", lines=25)
+    lock = Lock("job", backend=backend, auto_renew=True)
+    alive_at_release = _group_at_release(lock, script)
+    try:
+        status, reports = run(lock, script.command)
+        assert (status, reports) == (3, [])  # the leader's exit status
+        assert alive_at_release == [False]
+        assert script.lines() == 25
+        assert not script.writer_exists()
+        assert stored_lock(redis_client, "job") is None
+    finally:
+        script.kill_writer()
+
+
+needs_linux = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="PR_SET_CHILD_SUBREAPER, /proc"
+)
+
+
+def _state_and_parent(pid: int) -> tuple[str, int]:
+    """A process's state letter (``Z``: a zombie) and its parent's PID, from ``/proc``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return fields[0], int(fields[1])
+
+
+def _orphan(*, lives: float) -> tuple[subprocess.Popen[str], int]:
+    """A shell (leading a process group of its own) that started ``sleep lives`` and has
+    exited and been reaped: the sleep is an orphan of that group. Returns both."""
+    shell = subprocess.Popen(
+        ["sh", "-c", f"sleep {lives} >/dev/null 2>&1 & echo $!"],
+        stdout=subprocess.PIPE,
+        text=True,
+        process_group=0,
+    )
+    with shell:
+        orphan = int(shell.communicate(timeout=10)[0])
+    return shell, orphan
+
+
+def _parent_of_an_orphan() -> int:
+    """The parent PID of a process whose own parent has just exited."""
+    _, orphan = _orphan(lives=5)
+    try:
+        return _state_and_parent(orphan)[1]
+    finally:
+        os.kill(orphan, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(orphan, 0)  # ours to reap when we adopted it
+
+
+@needs_linux
+def test_adopting_orphans_only_while_the_program_runs():
+    with supervisor.adopting_orphans() as adopting:
+        assert adopting
+        assert _parent_of_an_orphan() == os.getpid()
+    assert _parent_of_an_orphan() != os.getpid()  # the previous setting is back
+
+
+@needs_linux
+def test_a_group_whose_last_processes_are_our_zombies_is_gone():
+    # A zombie is still a member of its group (killpg finds it) until its parent reaps
+    # it; adopted, its parent is us.
+    with supervisor.adopting_orphans():
+        shell, orphan = _orphan(lives=0.5)
+        assert supervisor.process_group_exists(shell.pid)  # the sleep still runs
+        wait_until(lambda: _state_and_parent(orphan) == ("Z", os.getpid()))
+        assert not supervisor.process_group_exists(shell.pid)
+    assert not Path(f"/proc/{orphan}").exists()  # reaped
+
+
 def test_exit_status():
     assert exit_status(0) == 0
     assert exit_status(3) == 3
@@ -169,8 +295,8 @@ class _WindowsLikeChild:
 
 def test_forward_signal_skips_signals_the_platform_cannot_send():
     child = _WindowsLikeChild()
-    forward_signal(child, signal.SIGINT)  # type: ignore[arg-type]
-    forward_signal(child, signal.SIGTERM)  # type: ignore[arg-type]
+    forward_signal(child, signal.SIGINT, group=False)  # type: ignore[arg-type]
+    forward_signal(child, signal.SIGTERM, group=False)  # type: ignore[arg-type]
     assert child.sent == [signal.SIGTERM]
 
 
@@ -187,7 +313,7 @@ class _ReapedChild:
 
 def test_forward_signal_to_a_program_that_has_exited():
     child = _ReapedChild()
-    forward_signal(child, signal.SIGTERM)  # type: ignore[arg-type]
+    forward_signal(child, signal.SIGTERM, group=False)  # type: ignore[arg-type]
     assert child.attempts == [signal.SIGTERM]  # tried, and the ProcessLookupError swallowed
 
 

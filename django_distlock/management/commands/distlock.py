@@ -176,7 +176,8 @@ class Command(BaseCommand):
             f"{EXIT_LOST} if the lock was lost while CMD ran (CMD was stopped), "
             f"{EXIT_NOT_FOUND}/{EXIT_CANNOT_EXECUTE} if CMD was not found / cannot be "
             "executed, 128+N if CMD was killed by signal N. SIGINT, SIGTERM, SIGHUP and "
-            "SIGQUIT are forwarded to CMD. CMD gets DISTLOCK_NAME and DISTLOCK_FENCE in its "
+            "SIGQUIT are forwarded to CMD's process group, and the lock is released once no "
+            "process of that group is left. CMD gets DISTLOCK_NAME and DISTLOCK_FENCE in its "
             "environment.",
         )
         assert isinstance(run, _SubcommandParser)
@@ -201,7 +202,8 @@ class Command(BaseCommand):
             type=seconds_type(allow_zero=True),
             default=10.0,
             metavar="SECONDS",
-            help="if the lock is lost, time between SIGTERM and SIGKILL to CMD (default: 10)",
+            help="if the lock is lost, time between SIGTERM and SIGKILL to CMD's process group "
+            "(default: 10)",
         )
         kind = run.add_mutually_exclusive_group()
         kind.add_argument(

@@ -30,6 +30,7 @@ from tests.support.engine import (
     python,
     stored_lock,
 )
+from tests.support.programs import writing_script
 
 HOSTNAME = socket.gethostname()
 THREAD = threading.current_thread().name
@@ -225,6 +226,8 @@ def test_release_a_lock_not_held(redis_client):
         distlock_cli("release", "nope", "--force")
 
 
+@pytest.mark.django_db
+@override_settings(DISTLOCK={"EVENTS": "sync"})
 def test_release_does_not_touch_a_lock_that_changed_hands(redis_client, monkeypatch):
     first = distlock("contested")
     assert first.acquire()
@@ -242,6 +245,8 @@ def test_release_does_not_touch_a_lock_that_changed_hands(redis_client, monkeypa
         distlock_cli("release", "contested", "--force")
     assert second.owned()
     second.release()
+    # "nothing was done", and the history agrees: no force_released row.
+    assert not LockEvent.objects.filter(kind="force_released").exists()
 
 
 # -- kinds: a hold per row ---------------------------------------------------------------
@@ -502,6 +507,33 @@ def test_sigterm_to_distlock_run_is_forwarded_to_the_program(redis_client, tmp_p
             process.communicate(timeout=10)
     assert marker.read_text() == "SIGTERM"
     assert not redis_client.exists(lock_key("forwarding"))
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX process groups")
+def test_sigterm_to_distlock_run_stops_the_work_the_program_started(redis_client, tmp_path):
+    # The program is a script whose child does the work: both must be gone before run
+    # releases the lock and exits, or the next run would overlap with the child.
+    script = writing_script(tmp_path)
+    command = [sys.executable, "-m", "django", "distlock", "run", "nightly"]
+    with subprocess.Popen(
+        [*command, "--settings", "tests.settings", "--", *script.command],
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    ) as process:
+        try:
+            script.writer_pid()
+            process.send_signal(signal.SIGTERM)
+            assert process.wait(20) == 128 + signal.SIGTERM  # the shell's status
+            assert not script.writer_exists()
+            assert not script.still_writing()
+        finally:
+            script.kill_writer()
+            if process.poll() is None:
+                process.kill()
+            process.communicate(timeout=10)
+    assert not redis_client.exists(lock_key("nightly"))
 
 
 # -- prune-events -----------------------------------------------------------------------
