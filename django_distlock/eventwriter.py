@@ -7,12 +7,15 @@ in :mod:`django_distlock.eventrows`).
   batches on its own database connection, closed after each flush. It flushes when the
   buffer holds ``FLUSH_SIZE`` events, every ``FLUSH_INTERVAL`` seconds, when asked and at
   process exit (waiting at most ``EXIT_TIMEOUT`` seconds). The buffer holds at most
-  ``BUFFER_CAPACITY`` events: beyond that events are dropped, counted and logged. A batch
-  the database refuses is written again row by row, so that a row it cannot store (say,
-  text with a NUL on PostgreSQL) loses itself only; when the database itself fails
-  (unreachable, busy, table missing) the rest of the buffer is given up. The thread also
-  deletes events older than ``DISTLOCK["EVENT_RETENTION"]`` seconds (after its first
-  flush, then at most once per ``PRUNE_INTERVAL`` seconds).
+  ``BUFFER_CAPACITY`` events: beyond that events are dropped, counted and logged by the
+  recording thread itself (the writer may be the one stuck). A batch the database
+  refuses is written again row by row, so that a row it cannot store (say, text with a
+  NUL on PostgreSQL) loses itself only; when the database itself fails (unreachable,
+  busy, table missing) the rest of what was due is given up. On PostgreSQL the thread's
+  own connection waits at most ``CONNECT_TIMEOUT`` seconds to open, unless ``OPTIONS``
+  sets a ``connect_timeout``. The thread also deletes events older than
+  ``DISTLOCK["EVENT_RETENTION"]`` seconds (after its first flush, then at most once per
+  ``PRUNE_INTERVAL`` seconds).
 - ``"sync"`` (:func:`write_now`): the event is written before the lock call returns, on
   the caller's connection and inside its transaction (a savepoint, so that a failed
   insert never breaks the caller's transaction). In a running event loop, where the ORM
@@ -20,7 +23,8 @@ in :mod:`django_distlock.eventrows`).
 
 Lost events (database errors, a full buffer) are logged at WARNING on the
 ``django_distlock.events`` logger with how many and why, never raised into the lock
-(:class:`LossReport`).
+(:mod:`django_distlock.eventlosses`); when the writer is still stuck at exit, the last
+WARNING counts every event the process lost.
 """
 
 from __future__ import annotations
@@ -28,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import datetime
-import logging
 import sys
 import threading
 import time
@@ -38,6 +41,7 @@ from django.db import connections
 from django.utils import timezone
 
 from .engine import process
+from .eventlosses import LossReport, logger
 from .eventrows import (
     Item,
     Written,
@@ -51,15 +55,11 @@ from .settings import get_config
 
 __all__ = [
     "BufferedEventWriter",
-    "LossReport",
     "current_writer",
     "process_writer",
     "write_later",
     "write_now",
 ]
-
-# The logger the documentation names for lost events, whichever module loses them.
-logger = logging.getLogger("django_distlock.events")
 
 BUFFER_CAPACITY = 10_000
 """Events the async buffer holds at most; more are dropped (and counted)."""
@@ -73,66 +73,11 @@ SYNC_TIMEOUT = 5.0
 """Seconds a ``"sync"`` write from a running event loop waits for the writer thread."""
 PRUNE_INTERVAL = 3600.0
 """Seconds between two retention prunes by one process."""
-REPORT_INTERVAL = 60.0
-"""Repeated losses (dropped events, database errors) are logged at most this often."""
-
-
-class LossReport:
-    """Counts lost events and logs them at WARNING, at most once per
-    ``REPORT_INTERVAL`` seconds: the first loss at once, the ones in the following quiet
-    interval summed up in the next report.
-
-    ``capacity`` is the size of the buffer whose overflow :meth:`dropped` counts.
-    """
-
-    def __init__(self, capacity: int | None = None) -> None:
-        self.capacity = capacity
-        self.dropped_total = 0
-        """Events dropped because the buffer was full."""
-        self.failed_total = 0
-        """Events lost to database errors."""
-        self._lock = threading.Lock()
-        self._dropped = 0
-        self._failed = 0
-        self._last_error = ""
-        self._quiet_until = 0.0
-
-    def dropped(self) -> None:
-        """Count one event dropped because the buffer was full (reported later)."""
-        with self._lock:
-            self._dropped += 1
-            self.dropped_total += 1
-
-    def failed(self, count: int, error: str) -> None:
-        """Count ``count`` events lost to ``error`` (reported later, with the last error)."""
-        with self._lock:
-            self._failed += count
-            self.failed_total += count
-            self._last_error = error
-
-    def report(self, *, force: bool = False) -> None:
-        """Log the losses counted since the last report, unless one was logged less than
-        ``REPORT_INTERVAL`` seconds ago (and not ``force``)."""
-        now = time.monotonic()
-        with self._lock:
-            if not (self._dropped or self._failed) or (now < self._quiet_until and not force):
-                return
-            dropped, failed, error = self._dropped, self._failed, self._last_error
-            self._dropped = self._failed = 0
-            self._quiet_until = now + REPORT_INTERVAL
-        if dropped:
-            logger.warning(
-                "django-distlock: the lock event buffer was full (%d events): "
-                "%d events were dropped",
-                self.capacity,
-                dropped,
-            )
-        if failed:
-            logger.warning(
-                "django-distlock: could not record %d lock event(s), they are lost (%s)",
-                failed,
-                error,
-            )
+CONNECT_TIMEOUT = 5
+"""Seconds the writer thread waits for its PostgreSQL connection to open (libpq's
+``connect_timeout``, 2 at least), unless the database's ``OPTIONS`` set one. Django sets
+none: a server that accepts TCP and never answers would hold the writer for 130 s with
+psycopg 3, for ever with psycopg 2."""
 
 
 class BufferedEventWriter:
@@ -163,6 +108,7 @@ class BufferedEventWriter:
         self._served = 0
         self._closing = False
         self._next_prune = 0.0
+        self._in_flight = 0
 
     @property
     def dropped_total(self) -> int:
@@ -182,6 +128,9 @@ class BufferedEventWriter:
         buffer = self._buffer
         if len(buffer) >= self.capacity:
             self.losses.dropped()
+            # Reported from here, rate-limited: the writer thread, which reports the other
+            # losses, may be the one stuck (a database that hangs).
+            self.losses.report()
             return
         buffer.append(item)
         if self._thread is None:
@@ -204,7 +153,11 @@ class BufferedEventWriter:
             )
 
     def close(self, timeout: float) -> None:
-        """Flush one last time and stop the thread (waiting at most ``timeout``)."""
+        """Flush one last time and stop the thread (waiting at most ``timeout``).
+
+        A thread still busy then (a database that hangs) takes the buffer and its batch
+        with it: the warning counts them with every event lost before, since the losses
+        the thread had yet to report would otherwise go unsaid."""
         thread = self._thread
         if thread is None or self._closing:
             return
@@ -213,11 +166,18 @@ class BufferedEventWriter:
             self._wake.set()
         thread.join(timeout)
         if thread.is_alive():
+            buffered, writing = len(self._buffer), self._in_flight
+            dropped, failed = self.dropped_total, self.failed_total
             logger.warning(
-                "django-distlock: gave up waiting %.1f s for the lock event writer at exit; "
-                "%d buffered events may be lost",
+                "django-distlock: gave up waiting %.1f s for the lock event writer at exit: "
+                "%d lock event(s) lost in all (%d buffered, %d being written, %d dropped "
+                "from the full buffer, %d lost to database errors)",
                 timeout,
-                len(self._buffer),
+                buffered + writing + dropped + failed,
+                buffered,
+                writing,
+                dropped,
+                failed,
             )
 
     def _start(self) -> None:
@@ -255,20 +215,27 @@ class BufferedEventWriter:
         buffer = self._buffer
         failed = False
         try:
-            while buffer:
-                items = [buffer.popleft() for _ in range(min(len(buffer), self.capacity))]
-                try:
-                    written = write_in_batches(items, self.flush_size)
-                except Exception as error:  # noqa: BLE001 - a router failing, ...
-                    written = Written(len(items), describe_failure(error), gave_up=True)
-                if written.lost:
-                    self.losses.failed(written.lost, written.error)
+            # What is buffered now is written; what comes meanwhile waits for the next
+            # cycle unless it makes a full batch.
+            due = len(buffer)
+            while buffer and (due > 0 or len(buffer) >= self.flush_size):
+                batch = [buffer.popleft() for _ in range(min(len(buffer), self.flush_size))]
+                due -= len(batch)
+                self._in_flight = len(batch)
+                written = self._write(batch)
+                lost = written.lost
+                if written.gave_up:  # the database itself failed: the rest due is not tried
+                    for _ in range(min(max(due, 0), len(buffer))):
+                        buffer.popleft()
+                        lost += 1
+                if lost:
+                    self.losses.failed(lost, written.error)
+                self._in_flight = 0
                 if written.gave_up:
                     failed = True
                     break
-                if len(buffer) < self.flush_size:
-                    break
-            if time.monotonic() >= self._next_prune:
+            # Not right after the database failed: the prune would wait for it again.
+            if not failed and time.monotonic() >= self._next_prune:
                 self._next_prune = time.monotonic() + PRUNE_INTERVAL
                 self._prune()
         finally:
@@ -278,12 +245,37 @@ class BufferedEventWriter:
                 connections.close_all()
         self.losses.report()
 
+    def _write(self, batch: list[Item]) -> Written:
+        try:
+            alias = events_database()
+            _bound_connect(alias)
+            return write_in_batches(batch, self.flush_size)
+        except Exception as error:  # noqa: BLE001 - a router failing, ...
+            return Written(len(batch), describe_failure(error), gave_up=True)
+
     def _prune(self) -> None:
         try:
+            _bound_connect(events_database())
             retention = datetime.timedelta(seconds=get_config().event_retention)
             delete_events_before(timezone.now() - retention)
         except Exception as error:  # noqa: BLE001
             logger.warning("django-distlock: could not prune old lock events: %s", error)
+
+
+def _bound_connect(alias: str) -> None:
+    """Give this thread's connection to ``alias`` a connect timeout, where the backend
+    takes one and the settings give none: PostgreSQL's ``connect_timeout`` (SQLite opens
+    a file; other backends connect as configured).
+
+    The connection object is this thread's own, and it gets a copy of its settings: the
+    application's connections, in other threads, keep theirs."""
+    connection = connections[alias]
+    options = connection.settings_dict.get("OPTIONS") or {}
+    if connection.vendor == "postgresql" and "connect_timeout" not in options:
+        connection.settings_dict = {
+            **connection.settings_dict,
+            "OPTIONS": {**options, "connect_timeout": CONNECT_TIMEOUT},
+        }
 
 
 _writer: BufferedEventWriter | None = None

@@ -179,7 +179,7 @@ Record = Callable[[Event, Any], None]
 
 def deferred(record: Record, note: Callable[[], Any] = lambda: None) -> Observer:
     """An observer that only queues each event (with what ``note()`` returns then, in the
-    thread of the event: OpenTelemetry's current span), for the process's metrics thread
+    thread of the event: OpenTelemetry's current context), for the process's metrics thread
     to call ``record(event, noted)`` within :data:`INTERVAL` seconds, in the order the
     events came. The lock's path pays for a queue append; a backend's own work (a few
     microseconds an update, more with cold caches) runs on that thread, which also

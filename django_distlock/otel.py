@@ -2,9 +2,11 @@
 "otel"``; needs ``opentelemetry-api``: ``pip install "django-distlock[otel]"``, and an SDK
 configured by the application to export anything).
 
-Spans (tracer ``django_distlock``), made inside a recorded trace only (a request's or a
-task's span is current where the lock is acquired): a lock taken outside any trace
-starts no trace of its own.
+Spans (tracer ``django_distlock``), made whether or not a trace is current where the
+lock is acquired, as OpenTelemetry's own instrumentations do: the application's sampler
+decides (``ParentBased`` by default: under a request's or a task's span they are its
+children, sampled with it; with no span current the acquire is the root of a trace of
+its own, the hold its child).
 
 - ``distlock.acquire``: one per acquire, from its start to its end (waiting included),
   with ``distlock.lock`` (the label), ``distlock.name``, ``distlock.result``
@@ -27,7 +29,7 @@ Instruments (meter ``django_distlock``), the Prometheus metrics' twins (see
 
 The SDK's work (several microseconds a measurement, a span more) runs off the lock's
 path, on the metrics thread (:func:`django_distlock.measurements.deferred`): the lock
-only notes the event and the span current where it happened. Spans get the times the
+only notes the event and the context current where it happened. Spans get the times the
 events carry, so nothing is kept open while a lock is waited for; a held lock keeps one
 open span.
 """
@@ -38,7 +40,8 @@ import collections
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from opentelemetry import metrics, trace
+from opentelemetry import context, metrics, trace
+from opentelemetry.context import Context
 from opentelemetry.trace import Span, Status, StatusCode
 
 from .engine import Event, Observer
@@ -75,14 +78,9 @@ def observer(
     """
     tracer = trace.get_tracer(SCOPE, tracer_provider=tracer_provider)
     meter = metrics.get_meter(SCOPE, meter_provider=meter_provider)
-    return deferred(_Recorder(label, tracer, meter), _recording_span)
-
-
-def _recording_span() -> Span | None:
-    """The span current where an event happens, if it is recorded: asked then, since by
-    the time the worker runs it may have ended."""
-    current = trace.get_current_span()
-    return current if current.is_recording() else None
+    # The context current where an event happens: asked then, since by the time the
+    # metrics thread runs, its span may have ended.
+    return deferred(_Recorder(label, tracer, meter), context.get_current)
 
 
 def _histogram(meter: metrics.Meter, name: str, description: str, bounds: Sequence[float]) -> Any:
@@ -155,12 +153,12 @@ class _Recorder:
             "renew_failed": self._renewed,
         }
 
-    def __call__(self, event: Event, parent: Span | None) -> None:
-        """Record ``event``; its spans (if any) are children of ``parent``, the recorded
-        span current where it happened (``None``: no spans)."""
+    def __call__(self, event: Event, noted: Context) -> None:
+        """Record ``event``; ``noted`` is the context current where it happened, the
+        parent of its spans (if any)."""
         handler = self._handlers.get(event.kind)
         if handler is not None:
-            handler(event, parent)
+            handler(event, noted)
 
     def _attrs(self, lock: str, *pairs: str) -> dict[str, str]:
         """The (shared, never mutated) attributes ``distlock.lock=lock`` plus ``pairs``."""
@@ -172,24 +170,24 @@ class _Recorder:
             self._attributes[key] = attributes
         return attributes
 
-    def _attempted(self, event: Event, parent: Span | None) -> None:
+    def _attempted(self, event: Event, noted: Context) -> None:
         lock, result = self._label(event), acquire_result(event)
         assert result is not None
         waited = event.waited or 0.0
         self._acquire_duration.record(waited, self._attrs(lock, "distlock.result", result))
-        hold = None
-        if parent is not None:
-            hold = self._spans(event, parent, lock, result, waited)
+        hold = self._spans(event, noted, lock, result, waited)
         if result == "acquired":
             self._labels.add(lock)
             self._live.start(event, (lock, hold))
 
     def _spans(
-        self, event: Event, parent: Span, lock: str, result: str, waited: float
+        self, event: Event, noted: Context, lock: str, result: str, waited: float
     ) -> Span | None:
         """The ``distlock.acquire`` span (ended), and an acquired lock's ``distlock.hold``
-        span (open), children of ``parent``."""
-        context = trace.set_span_in_context(parent)
+        span (open), children of the span current in ``noted``. With none, the acquire
+        starts a trace and the hold is its child: one trace per lock, which the sampler
+        keeps or drops whole. (Spans the sampler drops are non-recording: nothing to
+        skip here.)"""
         end = int(event.at * _NS)
         attributes: dict[str, Any] = {
             "distlock.lock": lock,
@@ -200,7 +198,7 @@ class _Recorder:
             attributes["distlock.fence"] = event.fence
         span = self._tracer.start_span(
             "distlock.acquire",
-            context=context,
+            context=noted,
             start_time=end - int(waited * _NS),
             attributes=attributes,
         )
@@ -210,11 +208,13 @@ class _Recorder:
         if result != "acquired":
             return None
         del attributes["distlock.result"]
+        if not trace.get_current_span(noted).get_span_context().is_valid:
+            noted = trace.set_span_in_context(span, noted)
         return self._tracer.start_span(
-            "distlock.hold", context=context, start_time=end, attributes=attributes
+            "distlock.hold", context=noted, start_time=end, attributes=attributes
         )
 
-    def _ended(self, event: Event, parent: Span | None) -> None:
+    def _ended(self, event: Event, noted: Context) -> None:
         kind = event.kind
         live = self._live.end(event)
         if live is not None and live[1] is not None:
@@ -232,7 +232,7 @@ class _Recorder:
         if kind == "lost":
             self._losses.add(1, self._attrs(lock, "distlock.lost.reason", event.cause or "gone"))
 
-    def _renewed(self, event: Event, parent: Span | None) -> None:
+    def _renewed(self, event: Event, noted: Context) -> None:
         result = renew_result(event)
         assert result is not None
         self._renewals.add(1, self._attrs(self._label(event), "distlock.result", result))

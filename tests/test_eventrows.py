@@ -15,7 +15,7 @@ from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
-from django_distlock import distlock, eventrows, eventwriter
+from django_distlock import distlock, eventlosses, eventrows, eventwriter
 from django_distlock.engine import Event
 from django_distlock.models import LockEvent
 from tests.support import REPO_ROOT
@@ -137,7 +137,7 @@ def test_a_bad_row_loses_only_itself_in_async_mode(alias, bad, error, event_writ
 @pytest.mark.django_db(transaction=True, databases=["default", "pg"])
 @pytest.mark.parametrize(("alias", "bad", "error"), BAD_ROWS)
 def test_a_bad_row_is_logged_and_never_raised_in_sync_mode(alias, bad, error, caplog, monkeypatch):
-    monkeypatch.setattr(eventwriter, "_sync_losses", eventwriter.LossReport())
+    monkeypatch.setattr(eventwriter, "_sync_losses", eventlosses.LossReport())
     with (
         override_settings(DATABASE_ROUTERS=[EventsTo(alias)]),
         caplog.at_level(logging.WARNING, logger="django_distlock.events"),

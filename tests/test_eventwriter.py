@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import logging
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -17,11 +19,12 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from django_distlock import distlock, eventwriter
+from django_distlock import distlock, eventlosses, eventwriter
 from django_distlock.events import flush_events
 from django_distlock.models import LockEvent
 from tests.support import REPO_ROOT
-from tests.support.events import events_mode, kinds
+from tests.support.events import HungDatabase, events_mode, kinds
+from tests.support.servers import HOST
 
 # -- the async writer ----------------------------------------------------------------------
 
@@ -98,10 +101,14 @@ def test_a_full_buffer_drops_events_and_counts_them(redis_client, event_writer, 
                     pass
         assert writer.dropped_total == 15
         flush_events()
-    assert len(kinds("burst")) == 5
-    [record] = [r for r in caplog.records if "dropped" in r.getMessage()]
-    assert record.levelno == logging.WARNING
-    assert "15 events were dropped" in record.getMessage()
+        assert len(kinds("burst")) == 5
+        writer.close(10)
+    # The first drop at once, the others within the quiet minute summed up at exit.
+    records = [r for r in caplog.records if "dropped" in r.getMessage()]
+    assert [r.levelno for r in records] == [logging.WARNING] * 2
+    assert "buffer is full (5 events" in records[0].getMessage()
+    assert "dropped 1 lock event(s)" in records[0].getMessage()
+    assert "dropped 14 lock event(s)" in records[1].getMessage()
 
 
 def test_the_child_of_a_fork_starts_with_an_empty_writer(monkeypatch):
@@ -154,7 +161,7 @@ def test_a_database_outage_loses_events_but_never_breaks_locks(
 def test_sync_mode_outage_is_logged_and_leaves_the_callers_transaction_usable(
     redis_client, missing_table, caplog, monkeypatch, django_user_model
 ):
-    monkeypatch.setattr(eventwriter, "_sync_losses", eventwriter.LossReport())
+    monkeypatch.setattr(eventwriter, "_sync_losses", eventlosses.LossReport())
     with (
         caplog.at_level(logging.WARNING, logger="django_distlock.events"),
         events_mode("sync"),
@@ -172,7 +179,7 @@ def test_sync_mode_outage_is_logged_and_leaves_the_callers_transaction_usable(
 
 
 def test_sync_mode_without_database_access_still_locks(redis_client, caplog, monkeypatch):
-    monkeypatch.setattr(eventwriter, "_sync_losses", eventwriter.LossReport())
+    monkeypatch.setattr(eventwriter, "_sync_losses", eventlosses.LossReport())
     with (
         caplog.at_level(logging.WARNING, logger="django_distlock.events"),
         events_mode("sync"),
@@ -180,6 +187,133 @@ def test_sync_mode_without_database_access_still_locks(redis_client, caplog, mon
     ):
         assert lock.owned()
     assert "Database access not allowed" in caplog.text
+
+
+@pytest.fixture
+def hung_database(monkeypatch):
+    """A :class:`HungDatabase` in place of the writer's row writing; it recovers at the
+    end of the test at the latest, so the writer can stop."""
+    hung = HungDatabase()
+    monkeypatch.setattr(eventwriter, "write_in_batches", hung.hanging(eventwriter.write_in_batches))
+    yield hung
+    hung.recover()
+
+
+def _hang_with_a_full_buffer(writer, hung: HungDatabase) -> None:
+    """2 events in the writer's hung batch, 4 in its buffer (full), 4 dropped."""
+    with distlock("hang"):
+        pass  # a full batch (flush_size=2): the writer takes it and hangs
+    assert hung.writing.wait(10)
+    for _ in range(4):
+        with distlock("hang"):
+            pass
+    assert writer.dropped_total == 4
+
+
+@pytest.mark.django_db(transaction=True)
+def test_events_dropped_while_the_database_hangs_are_logged_from_the_recording_side(
+    redis_client, event_writer, hung_database, caplog
+):
+    """The loss report used to run only on the writer thread: stuck in the database, it
+    said nothing about the events dropped meanwhile, for as long as the hang lasted."""
+    writer = event_writer(capacity=4, flush_size=2)
+    with caplog.at_level(logging.WARNING, logger="django_distlock.events"):
+        with events_mode("async"):
+            _hang_with_a_full_buffer(writer, hung_database)
+        dropped = [r for r in caplog.records if "dropped" in r.getMessage()]
+        assert dropped, "no warning while the writer was stuck"
+        assert hung_database.writing.is_set()
+        assert not hung_database.recovered.is_set()
+        # Rate-limited: the first drop is logged at once, the next ones summed up later.
+        [record] = dropped
+        assert record.levelno == logging.WARNING
+        assert "dropped 1 lock event(s)" in record.getMessage()
+        assert record.threadName != "distlock-events"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_warning_at_exit_counts_every_event_lost(
+    redis_client, event_writer, hung_database, caplog
+):
+    """It used to count the buffer only: not the batch the writer was stuck on, nor the
+    events dropped before (the issue saw "0 buffered events" for 100 lost)."""
+    writer = event_writer(capacity=4, flush_size=2)
+    with caplog.at_level(logging.WARNING, logger="django_distlock.events"):
+        with events_mode("async"):
+            _hang_with_a_full_buffer(writer, hung_database)
+        writer.close(0.2)
+    [record] = [r for r in caplog.records if "gave up waiting" in r.getMessage()]
+    assert record.levelno == logging.WARNING
+    assert (
+        "10 lock event(s) lost in all (4 buffered, 2 being written, "
+        "4 dropped from the full buffer, 0 lost to database errors)"
+    ) in record.getMessage()
+    hung_database.recover()
+    flush_events()  # the writer ends once the database answers, writing what it held
+    assert kinds("hang") == ["acquired", "released"] * 3
+
+
+SILENT_DATABASE_SCRIPT = """
+import json, os, sys, time
+import django
+from django.conf import settings
+
+settings.configure(
+    INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_distlock"],
+    DATABASES={"default": json.loads(sys.argv[1])},
+    DISTLOCK={"URL": os.environ["DISTLOCK_TEST_REDIS_URL"], "EVENTS": "async"},
+    USE_TZ=True,
+    DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
+)
+django.setup()
+from django.db import connections
+from django_distlock import distlock, eventwriter
+
+eventwriter.CONNECT_TIMEOUT = 2  # psycopg's least
+eventwriter.EXIT_TIMEOUT = 0.5
+with distlock("pg:silent"):
+    pass
+writer = eventwriter.current_writer()
+started = time.monotonic()
+flushed = writer.flush(12)
+print(json.dumps({
+    "flushed": flushed,
+    "seconds": time.monotonic() - started,
+    "failed": writer.failed_total,
+    "own_options": connections["default"].settings_dict["OPTIONS"],
+}))
+"""
+
+
+def test_the_writer_gives_up_connecting_to_a_postgresql_that_never_answers(redis_client):
+    """A server that accepts TCP and never answers kept the writer in ``connect`` for
+    psycopg's default of 130 s (libpq's: for ever): the writer's own connection now has a
+    ``connect_timeout``; the application's connections keep their options."""
+    with socket.create_server((HOST, 0)) as silent:  # the kernel accepts; nobody answers
+        database = {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": "distlock",
+            "USER": "postgres",
+            "HOST": HOST,
+            "PORT": str(silent.getsockname()[1]),
+        }
+        child = subprocess.run(
+            [sys.executable, "-c", SILENT_DATABASE_SCRIPT, json.dumps(database)],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    assert child.returncode == 0, child.stderr
+    result = json.loads(child.stdout)
+    assert result["flushed"], child.stderr
+    assert 1.5 < result["seconds"] < 8, result
+    assert result["failed"] == 2
+    assert "connect_timeout" not in result["own_options"]
+    [lost] = [line for line in child.stderr.splitlines() if "could not record" in line]
+    assert "could not record 2 lock event(s)" in lost
+    assert "connection timeout expired" in lost  # psycopg's words
+    assert "could not prune" not in child.stderr  # which would have waited once more
 
 
 # -- process exit and fork -----------------------------------------------------------------

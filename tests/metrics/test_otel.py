@@ -143,11 +143,43 @@ async def test_label_modes(api, traced, sink, request_span, mode, label):
     assert span.attributes["distlock.lock"] == label
 
 
-async def test_outside_a_recorded_trace_no_span_is_made_and_metrics_still_are(api, traced, sink):
+async def test_a_lock_taken_outside_any_trace_makes_a_trace_of_its_own(api, traced, sink):
+    """Spans used to be made only under a recorded span, so a lock taken in a thread, a
+    management command or an uninstrumented task had none. Now the application's sampler
+    decides, as OpenTelemetry's own instrumentations let it (``ParentBased`` by default:
+    a root span is recorded). The hold is then the acquire's child: one trace per lock,
+    sampled as one."""
+    assert not trace.get_current_span().get_span_context().is_valid
+    lock = report_lock(traced())
+    await api.acquire(lock)
+    fence = lock.fence
+    await api.release(lock)
+
+    [acquire] = sink.spans("distlock.acquire")
+    [hold] = sink.spans("distlock.hold")
+    assert acquire.parent is None
+    assert hold.parent is not None
+    assert hold.parent.span_id == acquire.context.span_id
+    assert hold.context.trace_id == acquire.context.trace_id
+    assert acquire.attributes["distlock.result"] == "acquired"
+    assert hold.attributes["distlock.result"] == "released"
+    assert hold.attributes["distlock.fence"] == fence
+
+
+async def test_in_a_trace_that_is_not_sampled_no_span_is_made_and_metrics_still_are(
+    api, traced, sink
+):
+    """The sampler (``ParentBased``) follows the caller's trace: not sampled there, not
+    sampled here."""
     backend = traced()
-    async with api.hold(report_lock(backend)):
-        assert sink.value("distlock.held", lock=TEMPLATE) == 1
-    with trace.use_span(trace.NonRecordingSpan(trace.INVALID_SPAN_CONTEXT)):  # not sampled
+    unsampled = trace.NonRecordingSpan(
+        trace.SpanContext(
+            trace_id=0x1234, span_id=0x5678, is_remote=True, trace_flags=trace.TraceFlags(0)
+        )
+    )
+    with trace.use_span(unsampled):
+        async with api.hold(report_lock(backend)):
+            assert sink.value("distlock.held", lock=TEMPLATE) == 1
         async with api.hold(report_lock(backend)):
             pass
 
