@@ -175,6 +175,10 @@ class AsyncDriver:
         return await self._run(steps)
 
     async def _run(self, steps: Generator[Op, Any, T]) -> T:
+        try:  # where keys live is read before the steps: no request's time includes it
+            await self.backend.aroutes()
+        except BACKEND_ERRORS as exc:
+            raise failure(self.name, exc) from exc
         result: Any = None
         error: BaseException | None = None
         cancelled = False

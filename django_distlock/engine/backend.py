@@ -85,8 +85,9 @@ class Backend:
     - ``client``: a ``redis.Redis`` (one server, or the primary of a
       ``redis.sentinel.Sentinel(...).master_for(...)`` client), and/or ``async_client``:
       a ``redis.asyncio.Redis``, or a callable that makes one (called once per event
-      loop: redis-py's asyncio clients belong to the loop that uses them; an instance
-      serves one loop);
+      loop: redis-py's asyncio clients belong to the loop that uses them; what it makes,
+      its connection pool included, is closed when that loop shuts down; an instance
+      serves one loop and is the caller's to close);
     - ``cluster``: seed node URLs of a Redis/Valkey Cluster
       (``["redis://10.0.0.1:7000", ...]``, credentials and TLS taken from the first), or a
       ``redis.cluster.RedisCluster`` as ``client`` (and, optionally, an asyncio

@@ -65,6 +65,9 @@ class ClusterRoutes(Routes):
     def for_key(self, key: str) -> Server:
         return self._server(self.client.get_node_from_key(key))
 
+    def prepare(self) -> None:
+        self.client  # noqa: B018 - builds the client, which reads the slot map
+
     def ready_for_key(self, key: str) -> Server | None:
         if self._client is None:
             return None

@@ -162,6 +162,10 @@ class SyncDriver:
     def run(self, steps: Generator[Op, Any, T]) -> T:
         """Carry out ``steps`` and return their result. Any exception met on the way,
         ``KeyboardInterrupt`` included, is thrown into the steps so they can clean up."""
+        try:
+            self.backend.routes().prepare()
+        except BACKEND_ERRORS as exc:
+            raise failure(self.name, exc) from exc
         result: Any = None
         error: BaseException | None = None
         try:

@@ -253,6 +253,11 @@ class Routes:
         """:meth:`for_key` when no I/O is needed to know it (else ``None``)."""
         return self.server
 
+    def prepare(self) -> None:
+        """Read what must be known before the first request (a cluster's slot map), so
+        that no request's time includes it (a lease counts from when its acquire is
+        sent)."""
+
     def primaries(self) -> list[Server]:
         """Every server keys may live on, once each."""
         return [self.server]
@@ -317,7 +322,8 @@ class AsyncRoutes:
         """Close what the engine opened on this loop."""
         await self.server.aclose()
         if self._owned:
-            await self._client.aclose()
+            # Its pool too, even one passed in: it served this loop alone.
+            await self._client.aclose(close_connection_pool=True)
 
 
 def _pool_name(pool: Any) -> str:
