@@ -46,27 +46,11 @@ class CountingConnection(redis.connection.Connection):
 
 
 class AsyncCountingConnection(redis.asyncio.connection.Connection):
-    """The async twin of :class:`CountingConnection` (same counter). It counts at its
-    stream writer, which redis-py's ``send_packed_command`` and the engine's direct
-    writes (``django_distlock.engine.wire``) both use: a connection class overriding
-    ``send_packed_command`` would keep the engine on redis-py's slower path, as it must
-    for connection classes that write their own way."""
+    """The async twin of :class:`CountingConnection` (same counter)."""
 
-    async def _connect(self) -> None:
-        await super()._connect()
-        writer = self._writer
-        write, writelines = writer.write, writer.writelines
-
-        def counted_write(data: Any) -> None:
-            _count_request()
-            write(data)
-
-        def counted_writelines(data: Any) -> None:
-            _count_request()
-            writelines(data)
-
-        writer.write = counted_write  # type: ignore[method-assign]
-        writer.writelines = counted_writelines  # type: ignore[method-assign]
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        _count_request()
+        await super().send_packed_command(command, check_health)
 
 
 def _count_request() -> None:

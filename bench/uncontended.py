@@ -36,6 +36,7 @@ class Result:
     cycles: int = 0
     requests: int = 0
     server_commands: int = 0
+    server_script_us: float = 0.0
     client_cpu_ns: int = 0
     server_cpu_s: float = 0.0
     error: str = ""
@@ -57,6 +58,13 @@ class Result:
 def _server_commands(stats_client: redis.Redis) -> int:
     stats = stats_client.info("commandstats")
     return sum(int(v["calls"]) for k, v in stats.items() if k not in _OWN_COMMANDS)
+
+
+def _server_script_us(stats_client: redis.Redis) -> float:
+    """Microseconds the server spent running scripts (``EVALSHA``/``EVAL``, the commands
+    they call included), from ``INFO commandstats``."""
+    stats = stats_client.info("commandstats")
+    return sum(float(stats.get(k, {}).get("usec", 0)) for k in ("cmdstat_evalsha", "cmdstat_eval"))
 
 
 def _server_cpu(stats_client: redis.Redis) -> float:
@@ -162,6 +170,7 @@ def _run(
             gc.collect()
             requests_before = impls.requests_sent()
             commands_before = _server_commands(stats_client)
+            scripts_before = _server_script_us(stats_client)
             server_cpu_before = _server_cpu(stats_client)
             cpu_before = time.process_time_ns()
             durations, batch_ns = batch(key, cycles)
@@ -169,6 +178,7 @@ def _run(
             result.server_cpu_s += _server_cpu(stats_client) - server_cpu_before
             result.requests += impls.requests_sent() - requests_before
             result.server_commands += _server_commands(stats_client) - commands_before
+            result.server_script_us += _server_script_us(stats_client) - scripts_before
             result.durations_ns.extend(durations)
             result.round_means_ns.append(batch_ns / cycles)
             result.round_p50s_ns.append(percentile(durations, 50))

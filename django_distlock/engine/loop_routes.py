@@ -64,11 +64,11 @@ class LoopRoutes:
             routes, started, _ = entry
             if not started.done():
                 # Another task is reading the slot map: wait for it (and if it failed,
-                # try again here).
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(started)
-                if not started.done() or started.cancelled():
-                    continue
+                # try again here). asyncio.wait never raises for what it waits on: a
+                # CancelledError from it is this task's own, and goes on up.
+                await asyncio.wait({started})
+            if started.cancelled():
+                continue
             return routes
         routes = self.make()
         started = loop.create_future()

@@ -11,10 +11,11 @@ import time
 import pytest
 from redis.asyncio.connection import AbstractConnection
 
-from django_distlock.engine import Lock
+from django_distlock.engine import Backend, Lock
 from tests.support.engine import (
     await_until,
     blocked_clients,
+    close_backend,
     keys_of,
     lock_key,
     stored_lock,
@@ -255,3 +256,24 @@ async def test_a_cancellation_the_redis_client_swallows_still_cancels(
         assert redis_client.exists(lock_key("swallowed")) == 0
     else:
         await lock.arelease()
+
+
+async def test_a_task_cancelled_while_another_reads_the_slot_map_ends_cancelled(cluster_setup):
+    """The first tasks of an event loop on a cluster wait while one of them reads the slot
+    map (a new asyncio ``RedisCluster``: tens of milliseconds). One cancelled meanwhile
+    must end cancelled (regression: the wait swallowed the cancellation, and the task went
+    on as if never cancelled, taking locks)."""
+    backend = Backend(cluster=cluster_setup.urls)
+    try:
+        first = asyncio.create_task(Lock("map:a", backend=backend).aacquire())
+        await asyncio.sleep(0)  # the first task now reads the slot map
+        waiting = asyncio.create_task(Lock("map:b", backend=backend).aacquire())
+        await asyncio.sleep(0)  # the second one waits for it
+        assert not first.done()
+        assert waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        assert await first
+        assert not cluster_setup.client().exists(lock_key("map:b"))
+    finally:
+        await close_backend(backend)
