@@ -316,3 +316,48 @@ def test_each_kind_of_lock_and_force_release_of_one_shared_hold(
     page.goto(lockevents_url(live_server))
     event_row = page.locator("#result_list tbody tr", has_text="browser:shared")
     expect(event_row.locator("td.field-hold_mode")).to_have_text("shared")
+
+
+# -- what an operator sees at 1280x900 -----------------------------------------------------
+
+OPERATOR_VIEWPORT = {"width": 1280, "height": 900}
+
+
+def text_box(page: Page, selector: str) -> list[dict[str, float]]:
+    """The box of the text (not the cell) of each element ``selector`` matches."""
+    return page.evaluate(
+        """selector => [...document.querySelectorAll(selector)].map(element => {
+            const range = document.createRange();
+            range.selectNodeContents(element);
+            const box = range.getBoundingClientRect();
+            return {left: box.left, right: box.right, lines: range.getClientRects().length};
+        })""",
+        selector,
+    )
+
+
+def test_force_release_of_a_lock_that_expired_offers_nothing_to_confirm(
+    admin_page: Page, live_server: Any, lock_holder: Any
+) -> None:
+    """The confirmation page of a lock whose lease ran out meanwhile says there is nothing
+    to release and offers no "Yes, force release"; its table is as wide as it needs, no
+    header or name broken across lines."""
+    from django_distlock.models import HeldLock
+
+    lock_holder("browser:expiring", timeout=1)
+    held = HeldLock.objects.get(name="browser:expiring")
+    page = admin_page
+    page.set_viewport_size(OPERATOR_VIEWPORT)
+    url = reverse("admin:django_distlock_heldlock_force_release")
+    page.wait_for_timeout(1500)  # the lease (1 s, not renewed) runs out
+    page.goto(f"{live_server.url}{url}?lock={held.token}:{held.fence}:{held.name}")
+    expect(page.locator("#force-release-list td.lock-state")).to_have_text(
+        "no longer held: nothing to release"
+    )
+    expect(page.locator("#confirm-force-release")).to_have_count(0)
+    expect(page.locator("a.back-to-held-locks")).to_have_attribute(
+        "href", reverse("admin:django_distlock_heldlock_changelist")
+    )
+    for cell in text_box(page, "#force-release-list thead th, #force-release-list tbody th"):
+        assert cell["lines"] == 1, cell
+    assert is_png(save_screenshot(page, "admin-force-release-expired-1280.png"))
