@@ -2,11 +2,14 @@
 
 Modules do nothing when imported. ``ready()`` registers the system checks, has
 ``setting_changed`` reset the cached setting and backend, gives the lock backend the
-observer that records events and sends signals, and has force releases recorded.
+observer that records events and sends signals, has force releases recorded, and, where
+Celery is loaded, has workers refuse to start with a task the check E007 reports.
 """
 
 from __future__ import annotations
 
+import importlib
+import sys
 from typing import Any
 
 from django.apps import AppConfig
@@ -34,3 +37,8 @@ class DistlockConfig(AppConfig):
         setting_changed.connect(reset_on_change, weak=False, dispatch_uid="django_distlock.reset")
         connections.observe_with(events.observer_for)
         heldlocks.record_force_releases_with(events.record_force_release)
+        if "celery" in sys.modules:
+            # A worker (the celery command loaded Celery before it set Django up) or a
+            # project that loads its Celery app with its settings. Loaded by name:
+            # importing django_distlock must never import Celery.
+            importlib.import_module("django_distlock.celery").guard_workers()

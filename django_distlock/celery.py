@@ -18,7 +18,9 @@ released by token when it ends, whatever the outcome. ``on_busy`` says what a ru
 when another holds the lock: ``"skip"``, ``"retry"`` or ``"wait"``. With
 ``unique_while_queued``, publishing the task again while a run with the same lock name is
 queued or running returns that run's ``AsyncResult`` instead (LockedTask only: see
-:class:`LockedTask`). Guide: ``docs/celery.md``.
+:class:`LockedTask`; ``manage.py check`` reports a task without it as
+``django_distlock.E007``, and a worker refuses to start with one). Guide:
+``docs/celery.md``.
 
 Importing this module imports Celery; importing ``django_distlock`` does not.
 
@@ -38,10 +40,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, NoReturn, ParamSpec, TypeVar
 
-from celery import Task, current_task
+from celery import Celery, Task, current_app, current_task
 from celery.exceptions import Ignore, Reject, Retry
 from celery.result import AsyncResult
-from celery.signals import task_revoked
+from celery.signals import task_revoked, worker_init
+from django.apps import apps
 from kombu.utils.uuid import uuid
 
 from .connections import get_backend
@@ -188,7 +191,7 @@ def locked_task(
     same lock name is queued or running (for up to ``unique_timeout`` seconds in the
     queue), and keeps a copy of a message the broker delivers again from running twice;
     it needs the task's class to be :class:`LockedTask` (``@app.task(base=LockedTask)``),
-    which does the publishing side.
+    which does the publishing side (``django_distlock.E007`` otherwise).
     """
 
     def decorate(func: Callable[P, R]) -> Callable[P, R]:
@@ -295,12 +298,8 @@ class _Run:
         # task was called directly: there is no queue then).
         self.claims: TaskClaims | None = None
         if locking.unique_while_queued and self.task_id is not None:
-            if not isinstance(task, LockedTask):
-                raise TypeError(
-                    f"{self.label}: unique_while_queued=True needs the task's class to be "
-                    "django_distlock.celery.LockedTask, which refuses duplicates when "
-                    "they are published: @app.task(base=LockedTask)"
-                )
+            if not isinstance(task, LockedTask):  # E007, where no check or worker saw it
+                raise TypeError(f"{self.label}: {_NEEDS_LOCKED_TASK} {NEEDS_LOCKED_TASK_HINT}")
             self.claims = TaskClaims(self.lock.backend, self.name, self.task_id)
 
     def begin(self) -> bool:
@@ -609,6 +608,65 @@ def _give_back_claim(sender: Any = None, request: Any = None, **kwargs: Any) -> 
     except (LockError, TypeError, ValueError) as error:
         logger.warning(
             "%s[%s] revoked: could not give back its claim: %s", sender.name, request.id, error
+        )
+
+
+_NEEDS_LOCKED_TASK = (
+    "unique_while_queued=True needs the task's class to be django_distlock.celery.LockedTask, "
+    "which refuses duplicates when they are published."
+)
+NEEDS_LOCKED_TASK_HINT = (
+    "Give the task the LockedTask base, @shared_task(base=LockedTask) or "
+    "@app.task(base=LockedTask) (from django_distlock.celery import LockedTask), or make it "
+    "the class of every task of the app: Celery('proj', "
+    "task_cls='django_distlock.celery:LockedTask')."
+)
+"""How to fix ``django_distlock.E007``."""
+
+
+def unique_tasks_without_locked_task(app: Celery) -> list[str]:
+    """What ``django_distlock.E007`` reports: one line per task of ``app`` whose body asks
+    for ``unique_while_queued`` but whose class is not :class:`LockedTask` (its duplicates
+    would be queued, and its first run would fail). Finalizes ``app``."""
+    problems = []
+    for name, task in sorted(app.tasks.items()):
+        locking: _Locking | None = getattr(_body_of(type(task)), "__distlock__", None)
+        if locking is not None and locking.unique_while_queued and not isinstance(task, LockedTask):
+            problems.append(
+                f"Celery task {name!r} uses unique_while_queued=True, but its class is not "
+                "LockedTask: its duplicates would be queued, and its first run would fail"
+            )
+    return problems
+
+
+def check_current_app() -> list[str]:
+    """E007 for Celery's current app (the project's: Celery's Django guide has the project
+    package load it with the settings), once each installed app's ``tasks`` module is
+    imported, as ``app.autodiscover_tasks()`` has a worker do: so ``manage.py check`` sees
+    the tasks a worker will run, not only those the project's URLs happen to import."""
+    current_app.loader.autodiscover_tasks([config.name for config in apps.get_app_configs()])
+    return unique_tasks_without_locked_task(current_app)
+
+
+def guard_workers() -> None:
+    """Have every worker of this process refuse to start while one of its tasks is
+    ``django_distlock.E007`` (``AppConfig.ready()`` calls this where Celery is loaded)."""
+    worker_init.connect(_refuse_to_start, weak=False, dispatch_uid=f"{__name__}.guard_workers")
+
+
+def _refuse_to_start(sender: Any = None, **kwargs: Any) -> None:
+    """``worker_init`` receiver: the worker has imported its task modules and takes no
+    message yet. ``SystemExit``, because Celery's signal dispatch logs any ``Exception``
+    a receiver raises and goes on; the worker exits with status 1 and says why on stderr
+    (its logging is not set up yet)."""
+    app = getattr(sender, "app", None)
+    problems = [] if app is None else unique_tasks_without_locked_task(app)
+    if problems:
+        lines = [f"(django_distlock.E007) {problem}" for problem in problems]
+        raise SystemExit(
+            "celery worker refuses to start:\n"
+            + "\n".join(lines)
+            + f"\n\tHINT: {NEEDS_LOCKED_TASK_HINT}"
         )
 
 

@@ -16,8 +16,11 @@ from html import escape
 
 __all__ = [
     "DEFAULT_COLOURS",
+    "FONT_SIZE",
     "GRANULARITIES",
+    "HEIGHT",
     "MAX_BUCKETS",
+    "WIDTH",
     "Bucket",
     "ChartData",
     "KindSeries",
@@ -36,6 +39,14 @@ GRANULARITIES: tuple[str, ...] = ("minute", "hour", "day", "week", "month", "yea
 
 #: The finest granularity is chosen that keeps the chart at or under this many buckets.
 MAX_BUCKETS = 60
+
+#: The SVG's size in user units, about the width the admin gives it at 1280 px beside its
+#: filters: a page scales the SVG down to fit, text and all, so drawing it much wider
+#: than it is shown shrinks its text below reading size.
+WIDTH = 560
+HEIGHT = 200
+#: Text size in user units (pixels when the chart is shown at its own width).
+FONT_SIZE = 12
 
 #: One colour per event kind (colour-blind friendly where possible); unknown kinds take
 #: colours from ``FALLBACK_COLOURS`` in order.
@@ -241,8 +252,8 @@ def _number(value: float) -> str:
 
 def render_svg(
     chart: ChartData,
-    width: int = 760,
-    height: int = 180,
+    width: int = WIDTH,
+    height: int = HEIGHT,
     title: str = "Lock events per {granularity} by kind",
 ) -> str:
     """The chart as an inline, accessible SVG (``role="img"``, ``aria-label``, a
@@ -256,18 +267,21 @@ def render_svg(
         summary = f"{heading}: {chart.total} events from {first} to {last}"
     else:
         summary = f"{heading}: no events"
-    left, right, top, bottom = 44, 8, 10, 22
-    # The legend wraps onto as many 18px rows as it needs under the x axis labels.
+    font = FONT_SIZE
+    line = round(font * 1.5)  # a legend row
+    left, right, top, bottom = 44, 8, 10, line + 6
+    # The legend wraps onto as many rows as it needs under the x axis labels (a
+    # character is taken as 0.6 em wide, about DejaVu Sans's average).
     legend: list[tuple[KindSeries, str, float, int]] = []
     x, row = float(left), 0
     for series in chart.kinds:
         text = f"{series.label} ({series.total})"
-        item_width = 14 + 7 * len(text) + 16
+        item_width = font + 4 + font * 0.6 * len(text) + 16
         if x > left and x + item_width > width - right:
             x, row = float(left), row + 1
         legend.append((series, text, x, row))
         x += item_width
-    legend_height = 18 * (row + 1) + 4 if legend else 0
+    legend_height = line * (row + 1) + 4 if legend else 0
     plot_width = width - left - right
     plot_height = height - top - bottom - legend_height
     base = top + plot_height
@@ -282,7 +296,7 @@ def render_svg(
     if not chart.buckets or peak == 0:
         parts.append(
             f'<text x="{left + plot_width / 2}" y="{top + plot_height / 2}" '
-            f'text-anchor="middle" fill="#666" font-size="13">No events</text>'
+            f'text-anchor="middle" fill="#666" font-size="{font + 1}">No events</text>'
         )
     else:
         for value in (peak, peak // 2) if peak > 1 else (peak,):
@@ -290,8 +304,8 @@ def render_svg(
             parts.append(
                 f'<line x1="{left}" y1="{_number(y)}" x2="{width - right}" y2="{_number(y)}" '
                 f'stroke="#ddd" stroke-dasharray="3,3"/>'
-                f'<text x="{left - 4}" y="{_number(y + 4)}" text-anchor="end" '
-                f'font-size="11" fill="#666">{value}</text>'
+                f'<text x="{left - 4}" y="{_number(y + font / 3)}" text-anchor="end" '
+                f'font-size="{font}" fill="#666">{value}</text>'
             )
         step = plot_width / len(chart.buckets)
         gap = 1.0 if step > 3 else 0.0
@@ -319,17 +333,18 @@ def render_svg(
             if index == len(chart.buckets) - 1 and len(ticks) > 1:
                 anchor = "end"
             parts.append(
-                f'<text x="{_number(x)}" y="{base + 14}" text-anchor="{anchor}" '
-                f'font-size="11" fill="#666">{escape(chart.label(chart.buckets[index].start))}'
+                f'<text x="{_number(x)}" y="{base + font + 3}" text-anchor="{anchor}" '
+                f'font-size="{font}" fill="#666">{escape(chart.label(chart.buckets[index].start))}'
                 f"</text>"
             )
     for series, text, x, row in legend:
-        legend_y = base + bottom + 14 + 18 * row
+        legend_y = base + bottom + font + line * row
         parts.append(
             f'<g class="legend" data-kind="{escape(series.kind)}">'
-            f'<rect x="{_number(x)}" y="{legend_y - 10}" width="10" height="10" '
-            f'fill="{escape(series.colour)}"/>'
-            f'<text x="{_number(x + 14)}" y="{legend_y}" font-size="12">{escape(text)}</text>'
+            f'<rect x="{_number(x)}" y="{legend_y - font + 2}" width="{font - 2}" '
+            f'height="{font - 2}" fill="{escape(series.colour)}"/>'
+            f'<text x="{_number(x + font + 4)}" y="{legend_y}" font-size="{font}">'
+            f"{escape(text)}</text>"
             f"</g>"
         )
     parts.append("</svg>")

@@ -13,6 +13,9 @@
                           callable, or does not take ``(request, name)``
 ``django_distlock.E006``  ``DISTLOCK["METRICS"]`` enables a backend whose library is not
                           installed (``prometheus_client``, ``opentelemetry-api``)
+``django_distlock.E007``  a Celery task asks for ``unique_while_queued`` but its class is
+                          not ``LockedTask`` (only where Celery is loaded; a worker also
+                          refuses to start with one)
 ``django_distlock.I001``  where locks live: one server, a Sentinel service, or a Cluster,
                           and which setting says so (``check --deploy`` only)
 ``django_distlock.W001``  a lock server does not answer ``PING``: the server, the primary
@@ -31,6 +34,8 @@ topology (one server, a Sentinel's primary, each Cluster primary), a function ea
 from __future__ import annotations
 
 import difflib
+import importlib
+import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -404,9 +409,26 @@ def check_eviction_policy(
     return warnings
 
 
+def check_celery_tasks(
+    app_configs: Sequence[AppConfig] | None, **kwargs: Any
+) -> list[CheckMessage]:
+    """E007: every task of Celery's current app that asks for ``unique_while_queued``
+    has the ``LockedTask`` class. Only where Celery is loaded already: a project that uses
+    it loads its app with its settings, and a process without Celery must not import it
+    for a check (so :mod:`django_distlock.celery` is loaded by name, only then)."""
+    if "celery" not in sys.modules:
+        return []
+    celery_tasks = importlib.import_module("django_distlock.celery")
+    return [
+        Error(problem, hint=celery_tasks.NEEDS_LOCKED_TASK_HINT, id="django_distlock.E007")
+        for problem in celery_tasks.check_current_app()
+    ]
+
+
 def register_checks() -> None:
     """Register the checks (``AppConfig.ready()`` calls this once)."""
     register(check_settings, TAG, Tags.caches)
+    register(check_celery_tasks, TAG)
     register(check_lock_servers, TAG, Tags.caches, deploy=True)
     register(check_redis_answers, TAG, Tags.caches, deploy=True)
     register(check_eviction_policy, TAG, Tags.caches, deploy=True)

@@ -1,7 +1,8 @@
 """Durations as people write and read them: ``30d``, ``12h``, ``90m``, ``45s``.
 
 :func:`parse_duration` reads them (``--older-than 30d``), :func:`format_duration` writes
-them (``held for 3m 12s``), and :func:`seconds_type` and :func:`duration_type` put the
+them (``held for 3m 12s``), :func:`format_milliseconds` writes the wait and hold times of
+lock events (recorded in milliseconds), and :func:`seconds_type` and :func:`duration_type` put the
 parser behind argparse options. Shared by the management commands and the admin; no
 Django import.
 """
@@ -16,7 +17,13 @@ from collections.abc import Callable
 
 from .engine.keys import MAX_SECONDS
 
-__all__ = ["duration_type", "format_duration", "parse_duration", "seconds_type"]
+__all__ = [
+    "duration_type",
+    "format_duration",
+    "format_milliseconds",
+    "parse_duration",
+    "seconds_type",
+]
 
 _UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _DURATION = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]+)?)(?P<unit>[a-zA-Z]*)")
@@ -80,6 +87,30 @@ def format_duration(seconds: float) -> str:
     if minutes:
         return f"{minutes}m {secs}s" if secs else f"{minutes}m"
     return f"{secs}s"
+
+
+def format_milliseconds(milliseconds: float | None) -> str:
+    """A wait or hold time recorded in milliseconds, rounded to what people read:
+    ``0.3ms``, ``412ms``, ``1.2s``, then as :func:`format_duration` (``30s``, ``3m 12s``)
+    but rounded to the second, not cut (29.98 s is ``30s``); ``-`` for none.
+
+    >>> format_milliseconds(29981.065)
+    '30s'
+    """
+    if milliseconds is None:
+        return "-"
+    if math.isnan(milliseconds):
+        return "?"
+    if milliseconds <= 0:
+        return "0ms"
+    if milliseconds < 9.95:
+        return f"{milliseconds:.1f}ms"
+    if milliseconds < 999.5:
+        return f"{milliseconds:.0f}ms"
+    seconds = milliseconds / 1000
+    if seconds < 9.95:
+        return f"{seconds:.1f}s"
+    return format_duration(round(seconds))
 
 
 def duration_type(text: str) -> datetime.timedelta:

@@ -8,6 +8,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import models
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from .engine.core import EXCLUSIVE, LIMITED, SHARED
@@ -97,7 +98,14 @@ class LockEvent(models.Model):
         )
 
     def __str__(self) -> str:
-        return f"{self.name} {self.kind} at {self.at:%Y-%m-%d %H:%M:%S}"
+        return f"{self.name} {self.kind} at {self.at_label}"
+
+    @property
+    def at_label(self) -> str:
+        """``2026-11-20 10:00:00``: when, in the current time zone, to the second (the
+        same on every page; Django's default format is twice as wide)."""
+        at = timezone.localtime(self.at) if timezone.is_aware(self.at) else self.at
+        return f"{at:%Y-%m-%d %H:%M:%S}"
 
     @property
     def owner(self) -> str:

@@ -170,8 +170,8 @@ class TestRenderSvg:
         items = re.findall(r'<g class="legend"[^>]*><rect x="([\d.]+)" y="([\d.]+)"', svg)
         assert len(items) == 6
         assert len({y for _x, y in items}) > 1  # more than one row
-        assert all(float(x) < 760 for x, _y in items)
-        assert all(float(y) < 180 for _x, y in items)
+        assert all(float(x) < chart.WIDTH for x, _y in items)
+        assert all(float(y) < chart.HEIGHT for _x, y in items)
 
     def test_text_is_escaped(self):
         hostile = '<script>alert("x")</script>'

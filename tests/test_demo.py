@@ -229,6 +229,36 @@ def test_hold_locks_stopped_by_sigterm_stops_its_workers(
     assert "report:" not in demo("distlock", "list").stdout
 
 
+def test_hold_locks_workers_notice_a_force_release_and_go_on(
+    demo: Callable[..., subprocess.CompletedProcess[str]],
+) -> None:
+    """The demo page says: force-release a worker's lock and see the worker notice. The
+    notice is one line (the ``lock_lost`` signal, when the watchdog finds the lock gone),
+    and the worker goes on: it takes its lock again and carries on with the others, and
+    exits cleanly at the end, without a traceback."""
+    env = demo.env  # type: ignore[attr-defined]
+    with background(env, "hold_locks", "--workers", "1", "--seconds", "20") as workers:
+        assert workers.stdout is not None
+        assert "1 workers holding locks" in workers.stdout.readline()
+        assert "holds report:1" in workers.stdout.readline()
+        released = demo("distlock", "release", "report:1", "--force")
+        assert "Released lock 'report:1'" in released.stdout
+        after: list[str] = []
+        while not any("holds report:1 again" in line for line in after):
+            after.append(workers.stdout.readline())
+            assert after[-1], after  # the worker's first renewal (at 1/3 of 40 s) notices
+        stdout, stderr = workers.communicate(timeout=30)
+    notices = [line for line in after if "lost report:1" in line]
+    assert len(notices) == 1, after
+    assert "released or taken by another holder" in notices[0]  # the watchdog's reason
+    assert "Traceback" not in stdout + stderr
+    assert "LockLost" not in stdout + stderr
+    assert "holds cart:" in stdout  # carried on with the cart locks
+    assert "released report:1" in stdout
+    assert "all workers done" in stdout
+    assert workers.returncode == 0, stderr
+
+
 HOLD_SCRIPT = r"""
 import json
 import django

@@ -10,6 +10,7 @@ import pytest
 from django_distlock.durations import (
     duration_type,
     format_duration,
+    format_milliseconds,
     parse_duration,
     seconds_type,
 )
@@ -91,6 +92,26 @@ def test_format_duration(seconds, text):
 )
 def test_format_duration_edges(seconds, text):
     assert format_duration(seconds) == text
+
+
+@pytest.mark.parametrize(
+    ("milliseconds", "text"),
+    [
+        (None, "-"),
+        (0.0, "0ms"),
+        (0.35, "0.3ms"),
+        (5.5, "5.5ms"),
+        (412.4, "412ms"),
+        (999.6, "1.0s"),
+        (1234.5, "1.2s"),
+        (29981.06513600004, "30s"),  # rounded, not cut to 29s
+        (192_400.0, "3m 12s"),
+        (7_500_000.0, "2h 5m"),
+    ],
+)
+def test_format_milliseconds(milliseconds, text):
+    """A lock event's wait or hold time (recorded in milliseconds) as people read it."""
+    assert format_milliseconds(milliseconds) == text
 
 
 def test_duration_type_is_parse_duration_for_argparse():

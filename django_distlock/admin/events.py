@@ -7,13 +7,17 @@ from typing import Any
 
 from django.contrib import admin
 from django.db.models import Case, Count, IntegerField, Max, Min, QuerySet, Value, When
+from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
+from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from .. import chart
-from ..models import LockEvent
+from ..durations import format_milliseconds
+from ..models import LockEvent, Mode
 
 __all__ = ["LockEventAdmin", "LockEventAdminQuerySet", "event_chart_context"]
 
@@ -91,17 +95,10 @@ class LockEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     """Read-only history of lock events, with a chart of the current filter above the
     list: events per time bucket by kind (inline SVG) and wait/hold time percentiles."""
 
-    list_display = (
-        "when",
-        "kind",
-        "name",
-        "hold_mode",
-        "owner",
-        "context",
-        "user",
-        "waited",
-        "held",
-    )
+    # Five columns fit at 1280 px beside the filters: when, what, which lock, how long,
+    # who. What is rare rides along in a second line (the user of a force release, a
+    # hold that is not exclusive), and the long labels wrap.
+    list_display = ("when", "happened", "lock", "duration", "holder")
     list_display_links = ("when",)
     list_filter = (
         "kind",
@@ -116,8 +113,10 @@ class LockEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     ordering = ("-at", "-id")
     list_per_page = 100
     actions = None
+    # The detail page shows time and durations as the list does (the fields' own widgets
+    # would show Django's long date format and every digit of a float).
     fields = (
-        "at",
+        "when",
         "kind",
         "name",
         "mode",
@@ -128,10 +127,11 @@ class LockEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "thread",
         "context",
         "user",
-        "waited_ms",
-        "held_ms",
+        "wait_time",
+        "hold_time",
         "reason",
     )
+    readonly_fields = ("when", "wait_time", "hold_time")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         """Events, as a ``LockEventAdminQuerySet`` (a fast date hierarchy)."""
@@ -140,28 +140,54 @@ class LockEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     @admin.display(description=gettext_lazy("at"), ordering="at")
     def when(self, obj: LockEvent) -> str:
-        """Compact local time to the second (the default date format is twice as wide)."""
-        return f"{timezone.localtime(obj.at):%Y-%m-%d %H:%M:%S}"
+        """Local time to the second, the same on the list and the detail page (the date
+        and the time each kept on one line)."""
+        date, time = obj.at_label.split(" ")
+        return format_html('<span class="date">{}</span> <span class="time">{}</span>', date, time)
 
-    @admin.display(description=gettext_lazy("mode"), ordering="mode")
-    def hold_mode(self, obj: LockEvent) -> str:
-        """``exclusive``, ``shared`` or ``limited N``: the kind of hold."""
-        return obj.mode_label
+    @admin.display(description=gettext_lazy("kind"), ordering="kind")
+    def happened(self, obj: LockEvent) -> str:
+        """The kind of event, and under a force release the user who made it."""
+        kind = obj.get_kind_display()
+        if obj.user is None:
+            return kind
+        by = _("by %(user)s") % {"user": obj.user.get_username()}
+        return format_html('{}<div class="quiet by">{}</div>', kind, by)
 
-    @admin.display(description=gettext_lazy("owner"), ordering="host")
-    def owner(self, obj: LockEvent) -> str:
-        """``host:pid thread`` of the process the event is about."""
-        return obj.owner
+    @admin.display(description=gettext_lazy("lock name"), ordering="name")
+    def lock(self, obj: LockEvent) -> str:
+        """The lock's name, and under it the kind of hold unless exclusive."""
+        if obj.mode == Mode.EXCLUSIVE:
+            return obj.name
+        return format_html('{}<div class="quiet mode">{}</div>', obj.name, obj.mode_label)
 
-    @admin.display(description=gettext_lazy("waited (ms)"), ordering="waited_ms")
-    def waited(self, obj: LockEvent) -> str:
-        """Time spent waiting for the lock, in milliseconds."""
-        return _milliseconds(obj.waited_ms)
+    @admin.display(
+        description=gettext_lazy("waited / held"), ordering=Coalesce("waited_ms", "held_ms")
+    )
+    def duration(self, obj: LockEvent) -> str:
+        """How long the acquirer waited, or the holder held (``held 30s``)."""
+        parts = [
+            _("%(what)s %(time)s") % {"what": what, "time": format_milliseconds(value)}
+            for what, value in ((_("waited"), obj.waited_ms), (_("held"), obj.held_ms))
+            if value is not None
+        ]
+        return format_html_join(mark_safe("<br>"), "{}", ((part,) for part in parts)) or "-"
 
-    @admin.display(description=gettext_lazy("held (ms)"), ordering="held_ms")
-    def held(self, obj: LockEvent) -> str:
-        """Time the lock was held, in milliseconds."""
-        return _milliseconds(obj.held_ms)
+    @admin.display(description=gettext_lazy("context and owner"), ordering="context")
+    def holder(self, obj: LockEvent) -> str:
+        """The lock's context label, and under it ``host:pid thread``."""
+        return format_html('{}<div class="quiet owner">{}</div>', obj.context or "-", obj.owner)
+
+    @admin.display(description=gettext_lazy("waited"))
+    def wait_time(self, obj: LockEvent) -> str:
+        """The detail page's: rounded, and the milliseconds recorded (``30s (29,981
+        ms)``)."""
+        return _with_milliseconds(obj.waited_ms)
+
+    @admin.display(description=gettext_lazy("held"))
+    def hold_time(self, obj: LockEvent) -> str:
+        """The detail page's: rounded, and the milliseconds recorded."""
+        return _with_milliseconds(obj.held_ms)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         """Events are written by the lock machinery, never by hand."""
@@ -186,9 +212,11 @@ class LockEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return response
 
 
-def _milliseconds(value: float | None) -> str:
-    """``1234.5`` -> ``"1,234.5"``; ``None`` -> ``"-"``."""
-    return "-" if value is None else f"{value:,.1f}"
+def _with_milliseconds(value: float | None) -> str:
+    """``29981.065`` -> ``"30s (29,981 ms)"``; below a second the rounded value alone
+    (``"412ms"``) says it all."""
+    shown = format_milliseconds(value)
+    return shown if value is None or value < 999.5 else f"{shown} ({value:,.0f} ms)"
 
 
 def event_chart_context(queryset: QuerySet) -> dict[str, Any]:
@@ -219,8 +247,8 @@ def event_chart_context(queryset: QuerySet) -> dict[str, Any]:
     )
     stats = []
     for field_name, label in (
-        ("waited_ms", gettext_lazy("waited (ms)")),
-        ("held_ms", gettext_lazy("held (ms)")),
+        ("waited_ms", gettext_lazy("waited")),
+        ("held_ms", gettext_lazy("held")),
     ):
         sample = list(
             queryset.exclude(**{field_name: None})
@@ -232,7 +260,7 @@ def event_chart_context(queryset: QuerySet) -> dict[str, Any]:
             {
                 "label": label,
                 "count": len(sample),
-                "values": [_milliseconds(values[p]) for p in PERCENTILES],
+                "values": [format_milliseconds(values[p]) for p in PERCENTILES],
             }
         )
     return {

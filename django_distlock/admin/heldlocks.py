@@ -282,9 +282,10 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     def force_release_view(self, request: HttpRequest) -> HttpResponse:
         """The selected locks (``lock=token:fence:name``, repeated) are confirmed on GET
         (the detail page's button) or on a POST without ``confirm`` (the changelist's
-        selection, too long for a URL). The POST of the confirmation page (CSRF-checked,
-        ``confirm=yes``) releases each one *if it still has the token shown* (a
-        compare-and-delete), logs it, reports with ``messages`` and redirects."""
+        selection, too long for a URL); the page offers to release only the holds still
+        there, and no button when none is. The POST of the confirmation page
+        (CSRF-checked, ``confirm=yes``) releases each one *if it still has the token
+        shown* (a compare-and-delete), logs it, reports with ``messages`` and redirects."""
         return require_http_methods(["GET", "POST"])(self._force_release)(request)
 
     def _force_release(self, request: HttpRequest) -> HttpResponse:
@@ -321,6 +322,9 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                     "fence": fence,
                     "selection": f"{token}:{fence}:{name}",
                     "row": _Row(held, now) if held is not None else None,
+                    # Only a hold still there as the operator saw it is offered (and
+                    # posted) for release: for the others it would release nothing.
+                    "releasable": held is not None,
                     "gone": not others,
                     # Another exclusive holder has it now; or this shared or limited hold
                     # ended while others of the lock remain (neither is touched).
@@ -328,10 +332,12 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                     "hold_ended": held is None and any(h.mode != Mode.EXCLUSIVE for h in others),
                 }
             )
+        releasable = [item for item in items if item["releasable"]]
         context = self._context(
             request,
-            _("Force release held locks"),
+            _("Force release held locks") if releasable else _("Nothing to force release"),
             items=items,
+            releasable=releasable,
             force_release_url=self._url("force_release"),
         )
         return TemplateResponse(

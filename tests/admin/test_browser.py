@@ -140,8 +140,8 @@ def test_force_release_a_lock_held_by_another_process(
     page.goto(lockevents_url(live_server))
     event_row = page.locator("#result_list tbody tr", has_text=LOCK_NAME)
     expect(event_row).to_have_count(1)
-    expect(event_row.locator("td.field-kind")).to_have_text("force released")
-    expect(event_row.locator("td.field-user")).to_have_text(ADMIN_USERNAME)
+    expect(event_row.locator("td.field-happened")).to_contain_text("force released")
+    expect(event_row.locator("td.field-happened .by")).to_have_text(f"by {ADMIN_USERNAME}")
     expect(page.locator("#distlock-events-summary svg")).to_have_count(1)
     path = save_screenshot(page, "admin-lockevents.png")
     assert is_png(path)
@@ -315,4 +315,154 @@ def test_each_kind_of_lock_and_force_release_of_one_shared_hold(
     assert (event.mode, event.fence) == ("shared", evicted.fence)
     page.goto(lockevents_url(live_server))
     event_row = page.locator("#result_list tbody tr", has_text="browser:shared")
-    expect(event_row.locator("td.field-hold_mode")).to_have_text("shared")
+    expect(event_row.locator("td.field-lock .mode")).to_have_text("shared")
+
+
+# -- what an operator sees at 1280x900 -----------------------------------------------------
+
+OPERATOR_VIEWPORT = {"width": 1280, "height": 900}
+LONG_CONTEXT = "celery:billing.tasks.render_invoice_pdf[8c4b7a1e-1f2d-4c3b-9a8e-5d6f7a8b9c0d]"
+
+
+def operator_events(user: Any) -> Any:
+    """A page's worth of realistic events (long host, thread and context labels, every
+    kind, a force release by ``user``); returns the ``released`` one, held 29981.065 ms."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from django_distlock.models import LockEvent
+
+    now = timezone.now()
+    kinds = ["acquired", "released", "contended", "force_released", "lost"]
+    LockEvent.objects.bulk_create(
+        LockEvent(
+            name=f"invoice:{1000 + i}:pdf-render",
+            kind=kinds[i % 5],
+            fence=1_795_654_505_819_153 + i,
+            host="web-worker-7.prod.example.internal",
+            pid=40_000 + i,
+            thread=f"Thread-{i} (process_request_thread)",
+            context=LONG_CONTEXT,
+            user=user if kinds[i % 5] == "force_released" else None,
+            waited_ms=1234.56789 * (i + 1) if kinds[i % 5] == "acquired" else None,
+            held_ms=29981.06513600004 if kinds[i % 5] == "released" else None,
+            at=now - dt.timedelta(minutes=3 * i),
+        )
+        for i in range(20)
+    )
+    return LockEvent.objects.filter(kind="released").order_by("-at").first()
+
+
+def test_the_events_changelist_fits_1280_pixels(
+    admin_page: Page, live_server: Any, admin_user: Any
+) -> None:
+    """Every column is on screen at 1280x900, with long labels: nothing needs a
+    horizontal scroll (the admin's results box scrolls instead of growing the page)."""
+    operator_events(admin_user)
+    page = admin_page
+    page.set_viewport_size(OPERATOR_VIEWPORT)
+    page.goto(lockevents_url(live_server))
+    expect(page.locator("#result_list tbody tr")).to_have_count(20)
+    box = page.evaluate(
+        """() => {
+            const results = document.querySelector('#changelist .results');
+            return {scroll: results.scrollWidth, client: results.clientWidth,
+                    page: document.documentElement.scrollWidth, viewport: innerWidth};
+        }"""
+    )
+    assert box["scroll"] <= box["client"], box
+    assert box["page"] <= box["viewport"], box
+    for header in ("when", "happened", "lock", "duration", "holder"):
+        cell = page.locator(f"#result_list thead th.column-{header}")
+        right = cell.evaluate("th => th.getBoundingClientRect().right")
+        assert right <= box["viewport"], (header, right)
+    assert is_png(save_screenshot(page, "admin-lockevents-1280.png"))
+
+
+def text_box(page: Page, selector: str) -> list[dict[str, float]]:
+    """The box of the text (not the cell) of each element ``selector`` matches."""
+    return page.evaluate(
+        """selector => [...document.querySelectorAll(selector)].map(element => {
+            const range = document.createRange();
+            range.selectNodeContents(element);
+            const box = range.getBoundingClientRect();
+            return {left: box.left, right: box.right, lines: range.getClientRects().length};
+        })""",
+        selector,
+    )
+
+
+def test_the_chart_text_is_readable_and_the_percentiles_line_up(
+    admin_page: Page, live_server: Any, admin_user: Any
+) -> None:
+    """At 1280x900 the chart's labels are drawn at 11 px or more (the SVG is scaled to
+    fit: its font size times that scale), and each header of the percentile table is
+    above its own column's values."""
+    operator_events(admin_user)
+    page = admin_page
+    page.set_viewport_size(OPERATOR_VIEWPORT)
+    page.goto(lockevents_url(live_server))
+    sizes = page.evaluate(
+        """() => [...document.querySelectorAll('#distlock-events-summary svg text')].map(
+            text => parseFloat(getComputedStyle(text).fontSize) * text.getScreenCTM().a)"""
+    )
+    assert len(sizes) >= 5
+    assert min(sizes) >= 11, sizes
+    headers = text_box(page, "#distlock-percentiles thead th")
+    for row in (1, 2):
+        cells = text_box(page, f"#distlock-percentiles tbody tr:nth-child({row}) > *")
+        assert len(cells) == len(headers)
+        for header, cell in zip(headers, cells, strict=True):
+            assert header["left"] < cell["right"], (header, cell)
+            assert cell["left"] < header["right"], (header, cell)
+    assert is_png(save_screenshot(page, "admin-lockevents-chart-1280.png"))
+
+
+def test_the_event_detail_page_reads_like_the_list(
+    admin_page: Page, live_server: Any, admin_user: Any
+) -> None:
+    """The detail page of an event shows its time as the list does, and its durations
+    rounded and in human units, not ``29981.06513600004``."""
+    released = operator_events(admin_user)
+    page = admin_page
+    page.set_viewport_size(OPERATOR_VIEWPORT)
+    page.goto(lockevents_url(live_server) + f"?kind=released&name={released.name}")
+    listed = page.locator("#result_list tbody tr").first
+    listed_at = listed.locator(".field-when").inner_text()
+    listed_held = listed.locator(".field-duration").inner_text()
+    with page.expect_navigation():
+        listed.locator(".field-when a").click()
+    fields = page.locator("#content-main fieldset")
+    expect(fields.locator(".field-when .readonly")).to_have_text(listed_at)
+    expect(fields.locator(".field-hold_time .readonly")).to_have_text("30s (29,981 ms)")
+    assert listed_held == "held 30s"
+    assert "29981.06" not in page.content()
+    assert is_png(save_screenshot(page, "admin-lockevent-detail-1280.png"))
+
+
+def test_force_release_of_a_lock_that_expired_offers_nothing_to_confirm(
+    admin_page: Page, live_server: Any, lock_holder: Any
+) -> None:
+    """The confirmation page of a lock whose lease ran out meanwhile says there is nothing
+    to release and offers no "Yes, force release"; its table is as wide as it needs, no
+    header or name broken across lines."""
+    from django_distlock.models import HeldLock
+
+    lock_holder("browser:expiring", timeout=1)
+    held = HeldLock.objects.get(name="browser:expiring")
+    page = admin_page
+    page.set_viewport_size(OPERATOR_VIEWPORT)
+    url = reverse("admin:django_distlock_heldlock_force_release")
+    page.wait_for_timeout(1500)  # the lease (1 s, not renewed) runs out
+    page.goto(f"{live_server.url}{url}?lock={held.token}:{held.fence}:{held.name}")
+    expect(page.locator("#force-release-list td.lock-state")).to_have_text(
+        "no longer held: nothing to release"
+    )
+    expect(page.locator("#confirm-force-release")).to_have_count(0)
+    expect(page.locator("a.back-to-held-locks")).to_have_attribute(
+        "href", reverse("admin:django_distlock_heldlock_changelist")
+    )
+    for cell in text_box(page, "#force-release-list thead th, #force-release-list tbody th"):
+        assert cell["lines"] == 1, cell
+    assert is_png(save_screenshot(page, "admin-force-release-expired-1280.png"))

@@ -12,6 +12,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from django_distlock.admin.events import LockEventAdmin
 from django_distlock.engine.keys import MAX_NAME_LENGTH
 from django_distlock.models import LockEvent
 from tests.support.admin import bars, legend, make_user
@@ -66,11 +67,11 @@ class TestChangelistChart:
         assert response.context["event_chart"].granularity == "minute"
         assert response.context["event_chart"].total == 12
         waited, held = response.context["event_percentiles"]
-        assert waited["values"] == ["5.5", "9.1", "9.9"]
+        assert waited["values"] == ["5.5ms", "9.1ms", "9.9ms"]
         assert waited["count"] == 10
-        assert held["values"] == ["500.0", "500.0", "500.0"]
+        assert held["values"] == ["500ms", "500ms", "500ms"]
         assert 'id="distlock-percentiles"' in content
-        assert "<td>5.5</td>" in content
+        assert "<td>5.5ms</td>" in content
 
     def test_chart_follows_the_kind_filter(self, viewer):
         for i in range(4):
@@ -85,7 +86,7 @@ class TestChangelistChart:
         assert bars(content) == ["acquired"] * 4
         assert "acquired (4)" in content
         waited, held = response.context["event_percentiles"]
-        assert waited["values"] == ["25.0", "37.0", "39.7"]
+        assert waited["values"] == ["25ms", "37ms", "40ms"]
         assert held["count"] == 0
         assert held["values"] == ["-", "-", "-"]
 
@@ -114,7 +115,7 @@ class TestChangelistChart:
         response = viewer.get(changelist_url())
         waited, _held = response.context["event_percentiles"]
         assert waited["count"] == 3
-        assert waited["values"][0] == "2.0"
+        assert waited["values"][0] == "2.0ms"
 
 
 @pytest.mark.django_db
@@ -253,8 +254,29 @@ class TestFiltersAndSearch:
         assert result_names(response) == ["second", "first"]
         content = response.content.decode()
         assert "web-1:77 worker-3" in content
-        assert f"{timezone.localtime(T0):%Y-%m-%d %H:%M:%S}" in content
-        assert "1,234.5" in content
+        at = timezone.localtime(T0)
+        assert (
+            f'<span class="date">{at:%Y-%m-%d}</span> <span class="time">{at:%H:%M:%S}</span>'
+            in content
+        )
+        assert '<td class="field-duration">waited 1.2s</td>' in content
+
+    def test_the_duration_column_sorts_waits_and_holds_together(self, viewer):
+        event(name="quick", waited_ms=3.0)
+        event(name="long", held_ms=29981.06)
+        event(name="slow", waited_ms=1200.0)
+        duration = LockEventAdmin.list_display.index("duration")
+        response = viewer.get(changelist_url(o=f"-{duration}"))
+        assert result_names(response) == ["long", "slow", "quick"]
+
+    def test_the_detail_page_reads_like_the_list(self, viewer):
+        released = event(kind="released", held_ms=29981.06513600004, waited_ms=0.35)
+        url = reverse("admin:django_distlock_lockevent_change", args=[released.pk])
+        content = viewer.get(url).content.decode()
+        assert released.at_label in content
+        assert "30s (29,981 ms)" in content
+        assert "0.3ms" in content
+        assert "29981.06" not in content
 
 
 # -- read only and permissions ------------------------------------------------------------
@@ -397,9 +419,10 @@ def test_the_mode_of_each_event_is_shown_and_filtered(viewer):
     event(name="slots", mode="limited", limit=3)
     response = viewer.get(changelist_url())
     content = response.content.decode()
-    assert '<td class="field-hold_mode">exclusive</td>' in content
-    assert '<td class="field-hold_mode">shared</td>' in content
-    assert '<td class="field-hold_mode">limited 3</td>' in content
+    # Under the name, unless exclusive (most locks: the column would say nothing).
+    assert '<td class="field-lock">mutex</td>' in content
+    assert '<td class="field-lock">readers<div class="quiet mode">shared</div></td>' in content
+    assert '<td class="field-lock">slots<div class="quiet mode">limited 3</div></td>' in content
     assert "?mode__exact=limited" in content  # the sidebar filter
     assert result_names(viewer.get(changelist_url(mode__exact="limited"))) == ["slots"]
     assert result_names(viewer.get(changelist_url(mode__exact="shared"))) == ["readers"]

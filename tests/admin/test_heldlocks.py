@@ -397,7 +397,7 @@ def test_force_release_from_the_changelist(admin_user, redis_client):
         html = confirmation.content.decode()
         token, fence, _name = selection.split(":", 2)
         assert token in html
-        assert f"<td>{fence}</td>" in html
+        assert f'<td class="fence">{fence}</td>' in html
         assert "still held" in html
         assert f'<input type="hidden" name="lock" value="{selection}">' in html
         csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html)
@@ -517,6 +517,10 @@ def test_force_release_of_a_lock_gone_meanwhile(admin, redis_client):
     lock.release()
     html = admin.get(FORCE_RELEASE, {"lock": selection}).content.decode()
     assert "no longer held: nothing to release" in html
+    assert "Nothing to release" in html
+    assert 'id="confirm-force-release"' not in html
+    assert 'name="lock"' not in html
+    # A POST made anyway (a page from before) releases nothing and says so.
     response = admin.post(FORCE_RELEASE, {"lock": selection, "confirm": "yes"}, follow=True)
     assert "was not released" in _messages(response)[0]
     assert not LogEntry.objects.exists()
@@ -528,6 +532,24 @@ def test_force_release_of_a_lock_gone_meanwhile(admin, redis_client):
         ("acquired", 1),
         ("released", 1),
     ]
+
+
+def test_only_the_holds_still_there_are_offered_for_release(admin, redis_client):
+    gone = distlock("ephemeral", timeout=60)
+    assert gone.acquire()
+    gone_selection = _selection(gone)
+    gone.release()
+    held = distlock("still:here", timeout=60)
+    assert held.acquire()
+    try:
+        selections = [gone_selection, _selection(held)]
+        html = admin.get(FORCE_RELEASE, {"lock": selections}).content.decode()
+        assert "Force release this lock?" in html
+        assert "no longer held: nothing to release" in html
+        assert re.findall(r'name="lock" value="([^"]*)"', html) == [escape(_selection(held))]
+        assert 'id="confirm-force-release"' in html
+    finally:
+        held.release()
 
 
 def test_force_release_with_nothing_selected(admin, redis_client):

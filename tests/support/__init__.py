@@ -13,8 +13,9 @@ clients of them (:mod:`.probe`), the check that no test leaves a lock held by
 nobody (:mod:`.hygiene`), guarded views (:mod:`.view_urls`), the runner of the docs'
 examples (:mod:`.docs_examples`), the browser fixtures (:mod:`.browser`), reading metrics
 and the worker processes of the multiprocess metrics test (:mod:`.metrics`,
-:mod:`.metrics_workers`) and two Django apps the tests install (``commands_app``,
-``fencing_app``).
+:mod:`.metrics_workers`), two Django apps the tests install (``commands_app``,
+``fencing_app``), and a Django project with a Celery mistake that only subprocesses load
+(``celery_project``).
 """
 
 from pathlib import Path

@@ -43,6 +43,7 @@ BEAT_INTERVAL = 0.4
 """Seconds between two sends of the beat schedule ``DISTLOCK_TEST_CELERY_BEAT`` enables."""
 VISIBILITY_ENV_VAR = "DISTLOCK_TEST_CELERY_VISIBILITY"
 BEAT_ENV_VAR = "DISTLOCK_TEST_CELERY_BEAT"
+DEFAULT_APP = "tests.support.celery_app"
 
 
 def database_url(server_url: str, db: int) -> str:
@@ -53,7 +54,8 @@ def database_url(server_url: str, db: int) -> str:
 
 
 class CeleryProcess:
-    """A ``python -m celery -A tests.support.celery_app ARGS`` process of ours."""
+    """A ``python -m celery -A APP ARGS`` process of ours (``APP``:
+    :mod:`tests.support.celery_app` unless said)."""
 
     def __init__(
         self,
@@ -62,8 +64,10 @@ class CeleryProcess:
         ready: str,
         log_path: Path,
         env: Mapping[str, str] | None = None,
+        app: str = DEFAULT_APP,
     ) -> None:
         self.args = args
+        self.app = app
         self.ready = ready
         self.log_path = log_path
         self.env = dict(env or {})
@@ -79,6 +83,7 @@ class CeleryProcess:
         concurrency: int = 1,
         queues: str = "celery",
         env: Mapping[str, str] | None = None,
+        app: str = DEFAULT_APP,
     ) -> CeleryProcess:
         """A worker ``name`` with ``--pool=pool`` consuming ``queues``."""
         args = [
@@ -92,7 +97,7 @@ class CeleryProcess:
             "--without-mingle",
             "--without-heartbeat",
         ]
-        return cls(args, ready=" ready.", log_path=log_dir / f"{name}.log", env=env)
+        return cls(args, ready=" ready.", log_path=log_dir / f"{name}.log", env=env, app=app)
 
     @classmethod
     def beat(cls, *, log_dir: Path, env: Mapping[str, str] | None = None) -> CeleryProcess:
@@ -131,7 +136,7 @@ class CeleryProcess:
         }
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "tests.support.celery_app", *self.args],
+                [sys.executable, "-m", "celery", "-A", self.app, *self.args],
                 cwd=REPO_ROOT,
                 env=env,
                 stdin=subprocess.DEVNULL,

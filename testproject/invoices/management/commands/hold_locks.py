@@ -15,26 +15,38 @@ from django.core.management.base import BaseCommand
 
 def _worker(number: int, seconds: float) -> None:
     """Hold ``report:<n>`` and ``cart:<n>`` (different leases, renewed) until ``seconds``
-    have passed, dropping and retaking a cart lock now and then."""
+    have passed, dropping and retaking a cart lock now and then. A lock taken away (the
+    demo invites a force release from the admin) is reported in one line as soon as the
+    watchdog notices, and the worker goes on: it takes ``report:<n>`` again and moves on
+    to the next cart."""
     import django
 
     # `terminate()` from the parent: leave through the `finally`s, releasing the locks.
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     django.setup()
-    from django_distlock import distlock
+    from django_distlock import LockError, LockLost, distlock
+    from django_distlock.signals import lock_lost
 
-    pid = os.getpid()
+    worker = f"worker {number} (pid {os.getpid()})"
+    context = f"hold_locks worker {number}"
     rng = random.Random(number)
     deadline = time.monotonic() + seconds
-    report = distlock(
-        f"report:{number}", timeout=30 + 10 * number, context=f"hold_locks worker {number}"
-    )
+
+    def notice(sender: Any, event: Any, **kwargs: Any) -> None:
+        """The notice the demo page promises, sent as soon as the watchdog (or a release)
+        finds one of this process's locks gone."""
+        print(f"{worker} lost {event.name}: {event.reason}; going on", flush=True)
+
+    lock_lost.connect(notice, weak=False)
+    report = distlock(f"report:{number}", timeout=30 + 10 * number, context=context)
     if not report.acquire():
-        print(f"worker {number} (pid {pid}): report:{number} is busy", flush=True)
+        print(f"{worker}: report:{number} is busy", flush=True)
         return
     try:
-        print(f"worker {number} (pid {pid}) holds report:{number}", flush=True)
+        print(f"{worker} holds report:{number}", flush=True)
         while time.monotonic() < deadline:
+            if report.lost and report.acquire(blocking=False):
+                print(f"{worker} holds report:{number} again", flush=True)
             cart = f"cart:{number * 10 + rng.randint(0, 2)}"
             hold = min(rng.uniform(2, 6), max(deadline - time.monotonic(), 0))
             try:
@@ -42,20 +54,23 @@ def _worker(number: int, seconds: float) -> None:
                     cart,
                     timeout=rng.choice([5, 10, 20]),
                     blocking_timeout=1,
-                    context=f"hold_locks worker {number}",
+                    context=context,
                 ) as lock:
-                    print(
-                        f"worker {number} (pid {pid}) holds {cart} (fence {lock.fence}) "
-                        f"for {hold:.1f}s",
-                        flush=True,
-                    )
+                    print(f"{worker} holds {cart} (fence {lock.fence}) for {hold:.1f}s", flush=True)
                     time.sleep(hold)
-            except Exception as exc:  # noqa: BLE001 (a demo: report and go on)
-                print(f"worker {number}: {cart}: {exc}", flush=True)
+            except LockLost:
+                pass  # noticed (and said) by `notice` already
+            except LockError as exc:
+                print(f"{worker}: {cart}: {exc}", flush=True)
                 time.sleep(0.5)
     finally:
-        report.release()
-        print(f"worker {number} (pid {pid}) released report:{number}", flush=True)
+        if report.held:
+            try:
+                report.release()
+            except LockLost:
+                pass  # taken away at the last moment: `notice` said so
+            else:
+                print(f"{worker} released report:{number}", flush=True)
 
 
 def _interrupt(signum: int, frame: Any) -> None:

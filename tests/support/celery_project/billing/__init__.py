@@ -1,0 +1,1 @@
+"""The app whose ``tasks`` module holds the mistake."""
