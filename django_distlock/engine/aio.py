@@ -50,7 +50,7 @@ class AsyncDriver:
     the caller (``Task.cancelling()``) for it to raise once the steps are done.
     """
 
-    __slots__ = ("_read", "_wait", "_wait_keys", "_wait_lost", "backend", "finishing", "name")
+    __slots__ = ("_read", "_wait", "_wait_keys", "_woken_unseen", "backend", "finishing", "name")
 
     def __init__(self, backend: Backend, name: str | None, *, finishing: bool = False) -> None:
         self.backend = backend
@@ -58,7 +58,7 @@ class AsyncDriver:
         self.finishing = finishing
         self._wait: tuple[AsyncServer, Any] | None = None
         self._wait_keys: tuple[str, ...] = ()
-        self._wait_lost = False
+        self._woken_unseen = False  # see SyncDriver
         self._read: asyncio.Future[Any] | None = None
 
     # -- single requests --------------------------------------------------------------
@@ -191,6 +191,8 @@ class AsyncDriver:
                     if cancelled:
                         raise asyncio.CancelledError from None
                     return stop.value
+                if result is Wake.WOKEN and error is None:
+                    self._woken_unseen = False  # the steps know
                 error = None
                 try:
                     if cancelled:
@@ -234,7 +236,7 @@ class AsyncDriver:
 
     async def _open_wait(self, server: AsyncServer, keys: tuple[str, ...], *, asking: bool) -> None:
         connection = await server.open_wait()
-        self._wait, self._wait_keys, self._wait_lost = (server, connection), keys, False
+        self._wait, self._wait_keys, self._woken_unseen = (server, connection), keys, False
         server_wait = self.backend.tuning.server_wait
         blpop = ("BLPOP", *keys, server_wait)
         try:
@@ -289,6 +291,7 @@ class AsyncDriver:
                 redirects += 1
                 continue
             if woken_by(reply):
+                self._woken_unseen = True  # until the steps get WOKEN (run() clears it)
                 await self._finish_wait()
                 return Wake.WOKEN
             await self._finish_wait()  # a leftover end mark, or the server's own timeout
@@ -297,7 +300,7 @@ class AsyncDriver:
     async def _call_ending_wait(self, op: CallEndingWait) -> tuple[Any, bool]:
         read = self._read
         if self._wait is None or read is None:
-            return await self.call(op.call), self._wait_lost
+            return await self.call(op.call), self._woken_unseen
         try:
             reply, server = await self._routed(op.call.keys[0], op.call)
         except BaseException as exc:
@@ -333,7 +336,7 @@ class AsyncDriver:
         self._wait = self._read = None
         if wait is None:
             return
-        self._wait_lost = True
+        self._woken_unseen = True
         server, connection = wait
         if read is None or read.done():
             await server.close_wait(connection, clean=False)

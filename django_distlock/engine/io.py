@@ -45,14 +45,18 @@ arrives within a round trip)."""
 class SyncDriver:
     """Runs steps with redis-py's sync connections."""
 
-    __slots__ = ("_wait", "_wait_keys", "_wait_lost", "backend", "name")
+    __slots__ = ("_wait", "_wait_keys", "_woken_unseen", "backend", "name")
 
     def __init__(self, backend: Backend, name: str | None) -> None:
         self.backend = backend
         self.name = name
         self._wait: tuple[Server, Any] | None = None
         self._wait_keys: tuple[str, ...] = ()
-        self._wait_lost = False  # a BLPOP was dropped without reading its answer
+        # The last wait consumed (or may have consumed) a wake-up that the steps have not
+        # been told of: its answer was dropped unread, or read while the operation was
+        # interrupted before the steps got it (a cancellation as the wait's connection
+        # went back to its pool). A later CallEndingWait reports it, to be handed on.
+        self._woken_unseen = False
 
     # -- single requests --------------------------------------------------------------
 
@@ -174,6 +178,8 @@ class SyncDriver:
                     op = steps.throw(error) if error is not None else steps.send(result)
                 except StopIteration as stop:
                     return stop.value
+                if result is Wake.WOKEN and error is None:
+                    self._woken_unseen = False  # the steps know
                 error = None
                 try:
                     result = self._do(op)
@@ -208,7 +214,7 @@ class SyncDriver:
 
     def _open_wait(self, server: Server, keys: tuple[str, ...], *, asking: bool) -> None:
         connection = server.open_wait()
-        self._wait, self._wait_keys, self._wait_lost = (server, connection), keys, False
+        self._wait, self._wait_keys, self._woken_unseen = (server, connection), keys, False
         blpop = ("BLPOP", *keys, self.backend.tuning.server_wait)
         try:
             if asking:
@@ -252,6 +258,7 @@ class SyncDriver:
                 redirects += 1
                 continue
             if woken_by(reply):
+                self._woken_unseen = True  # until the steps get WOKEN (run() clears it)
                 self._finish_wait()
                 return Wake.WOKEN
             # A mark left by an earlier wait, or the server's own timeout: wait on.
@@ -261,7 +268,7 @@ class SyncDriver:
     def _call_ending_wait(self, op: CallEndingWait) -> tuple[Any, bool]:
         if self._wait is None:
             # The wait already ended with its connection: it may have consumed a wake-up.
-            return self.call(op.call), self._wait_lost
+            return self.call(op.call), self._woken_unseen
         try:
             reply, server = self._routed(op.call.keys[0], op.call)
         except BaseException:
@@ -292,7 +299,7 @@ class SyncDriver:
     def _drop_wait(self) -> None:
         wait, self._wait = self._wait, None
         if wait is not None:
-            self._wait_lost = True
+            self._woken_unseen = True
             wait[0].close_wait(wait[1], clean=False)
 
 

@@ -12,6 +12,7 @@ import pytest
 from redis.asyncio.connection import AbstractConnection
 
 from django_distlock.engine import Backend, Lock
+from django_distlock.engine.servers import AsyncServer
 from tests.support.engine import (
     await_until,
     blocked_clients,
@@ -277,3 +278,45 @@ async def test_a_task_cancelled_while_another_reads_the_slot_map_ends_cancelled(
         assert not cluster_setup.client().exists(lock_key("map:b"))
     finally:
         await close_backend(backend)
+
+
+@pytest.mark.parametrize("fair", [False, True], ids=["unfair", "fair"])
+async def test_a_waiter_cancelled_as_its_woken_wait_ends_hands_the_wake_up_on(
+    backend, redis_client, monkeypatch, fair
+):
+    """The window of issue 19, item 5, hit on purpose: the first waiter's ``BLPOP`` is
+    answered with the wake-up, and the waiter is cancelled while that wait's connection
+    goes back to its pool, before its steps learn they were woken. Its clean-up must hand
+    the wake-up on: the second waiter gets the lock at once, not at its re-check (the
+    holder's lease: 30 s here). Before the fix the second waiter stranded."""
+    finishing = asyncio.Event()
+    original = AsyncServer.close_wait
+
+    async def slow_close_wait(self, connection, *, clean):
+        if clean and not finishing.is_set():
+            finishing.set()
+            await asyncio.sleep(0.05)  # a pool whose lock is busy: the task may be cancelled
+        await original(self, connection, clean=clean)
+
+    monkeypatch.setattr(AsyncServer, "close_wait", slow_close_wait)
+    holder = Lock("handoff", backend=backend, fair=fair, timeout=30)
+    first = Lock("handoff", backend=backend, fair=fair, timeout=30)
+    second = Lock("handoff", backend=backend, fair=fair, timeout=30)
+    assert holder.acquire()
+
+    async def take_and_give_back(lock):
+        assert await lock.aacquire(blocking_timeout=10)
+        await lock.arelease()
+
+    first_task = asyncio.create_task(take_and_give_back(first))
+    await await_until(lambda: blocked_clients(redis_client) == 1)
+    second_task = asyncio.create_task(take_and_give_back(second))
+    await await_until(lambda: blocked_clients(redis_client) == 2)
+    holder.release()
+    released_at = time.monotonic()
+    await asyncio.wait_for(finishing.wait(), 5)  # the first waiter's wait is ending
+    assert first_task.cancel()
+    await asyncio.gather(first_task, return_exceptions=True)
+    await asyncio.wait_for(second_task, 5)
+    assert time.monotonic() - released_at < 0.5
+    assert redis_client.exists(lock_key("handoff")) == 0
