@@ -157,6 +157,6 @@ def test_the_admin_filters_and_charts_not_replicated_events(replicas_paused):
     page = client.get(url).content.decode()
     assert '?kind__exact=not_replicated">not replicated</a>' in page  # the kind filter
     filtered = client.get(url, {"kind__exact": "not_replicated"}).content.decode()
-    assert filtered.count('not replicated</td><td class="field-name">report</td>') == 2
+    assert filtered.count('not replicated</td><td class="field-lock">report</td>') == 2
     colour = DEFAULT_COLOURS["not_replicated"]
     assert re.search(rf'data-kind="not_replicated"[^>]*fill="{colour}"', filtered)

@@ -242,7 +242,7 @@ class AsyncDriver:
         try:
             if asking:
                 await connection.send_packed_command(
-                    connection.packcommands_for([("ASKING",), blpop])
+                    connection.pack_commands([("ASKING",), blpop])
                 )
                 await connection.read_response()
             else:

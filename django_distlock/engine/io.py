@@ -218,7 +218,7 @@ class SyncDriver:
         blpop = ("BLPOP", *keys, self.backend.tuning.server_wait)
         try:
             if asking:
-                connection.send_packed_command(connection.packcommands_for([("ASKING",), blpop]))
+                connection.send_packed_command(connection.pack_commands([("ASKING",), blpop]))
                 connection.read_response()
             else:
                 connection.send_command(*blpop)

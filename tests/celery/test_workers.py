@@ -143,8 +143,11 @@ def test_retry_respects_max_retries(workers, note_client, key):
 
 def lock_waiters(client) -> int:
     """Clients blocked waiting for a lock (``BLPOP``; the workers wait for messages with
-    ``BRPOP``)."""
-    return sum(1 for entry in client.client_list() if entry["cmd"] == "blpop")
+    ``BRPOP``). Blocked now (flag ``b``): an idle wait connection back in its pool still
+    shows ``BLPOP`` as its last command."""
+    return sum(
+        1 for entry in client.client_list() if entry["cmd"] == "blpop" and "b" in entry["flags"]
+    )
 
 
 def test_wait_runs_once_the_holder_lets_go(workers, key, redis_server):
