@@ -241,9 +241,7 @@ class AsyncDriver:
         blpop = ("BLPOP", *keys, server_wait)
         try:
             if asking:
-                await connection.send_packed_command(
-                    connection.pack_commands([("ASKING",), blpop])
-                )
+                await connection.send_packed_command(connection.pack_commands([("ASKING",), blpop]))
                 await connection.read_response()
             else:
                 await connection.send_command(*blpop)
