@@ -277,9 +277,9 @@ class _AsyncSentinel(redis.asyncio.sentinel.Sentinel):
     """``redis.asyncio.sentinel.Sentinel`` that asks the Sentinels on connections of the
     running event loop, closed after each question.
 
-    The engine opens connections to the primary on whichever event loop needs one (each
-    asking the Sentinels where the primary is), and a ``redis.asyncio`` connection belongs
-    to the loop that opened it: kept Sentinel connections would fail on the next loop.
+    The engine makes an async client for each event loop that takes locks and closes it
+    (its pool included) when that loop ends; the Sentinel manager's own connections are
+    not the client's, so kept ones would outlive their loop unclosed.
     """
 
     def __init__(self, sentinels: list[tuple[str, int]], sentinel_kwargs: dict[str, Any]) -> None:

@@ -115,7 +115,8 @@ class Notifier:
 
 
 class _Lane:
-    """Renews the due holds of one backend, pipelined, on the backend's own connections."""
+    """Renews the due holds of one server (or backend), pipelined, on the connections of
+    the server's bounded renewal pool."""
 
     def __init__(self, watchdog: ThreadWatchdog, name: str) -> None:
         self._watchdog = watchdog
