@@ -111,6 +111,9 @@ def background(env: dict[str, str], *args: str) -> Iterator[subprocess.Popen[str
         if process.poll() is None:
             process.kill()
             process.wait()
+        for pipe in (process.stdout, process.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 @pytest.fixture
@@ -193,7 +196,9 @@ print(held.status_code, events.status_code, "report:1" in held.content.decode())
 def test_hold_locks(demo: Callable[..., subprocess.CompletedProcess[str]]) -> None:
     started = time.monotonic()
     env = demo.env  # type: ignore[attr-defined]
-    with background(env, "hold_locks", "--workers", "1", "--seconds", "3") as workers:
+    # Held long enough for two more Django processes to start on a loaded 2-core machine
+    # (3 s was not, in full runs).
+    with background(env, "hold_locks", "--workers", "1", "--seconds", "8") as workers:
         assert workers.stdout is not None
         assert "1 workers holding locks" in workers.stdout.readline()
         assert "holds report:1" in workers.stdout.readline()

@@ -17,6 +17,7 @@ from .core import AwaitWait, Call, CallEndingWait, Op, Pause, StartWait, Wake
 from .io import END_WAIT_REPLY_TIMEOUT
 from .requests import (
     BACKEND_ERRORS,
+    MAX_REDIRECTS,
     NotSent,
     Request,
     answer_of,
@@ -94,6 +95,8 @@ class AsyncDriver:
             try:
                 replies = await server.request(commands_for(request, by_sha=by_sha, asking=asking))
             except NotSent as failed:
+                if redirects >= MAX_REDIRECTS:
+                    raise failed.error from failed
                 server = await _aelsewhere(routes, key, server, failed.error)
                 redirects += 1
                 continue

@@ -17,6 +17,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from .core import AwaitWait, Call, CallEndingWait, Op, Pause, StartWait, Wake
 from .requests import (
     BACKEND_ERRORS,
+    MAX_REDIRECTS,
     NotSent,
     Request,
     answer_of,
@@ -87,6 +88,8 @@ class SyncDriver:
             try:
                 replies = server.request(commands_for(request, by_sha=by_sha, asking=asking))
             except NotSent as failed:
+                if redirects >= MAX_REDIRECTS:
+                    raise failed.error from failed
                 server = _elsewhere(routes, key, server, failed.error)
                 redirects += 1
                 continue
