@@ -114,11 +114,7 @@ class AsyncDriver:
                 raise answer
             kind, delay = redirect
             asking = kind == "ask"
-            if kind == "moved":
-                await routes.moved(answer)  # type: ignore[arg-type]
-                server = routes.for_key(key)
-            elif asking:
-                server = routes.asked(answer)  # type: ignore[arg-type]
+            server = await routes.redirected(key, server, answer, kind)
             if delay:
                 await asyncio.sleep(delay)
             redirects += 1
@@ -282,11 +278,7 @@ class AsyncDriver:
                 if redirect is None:
                     raise
                 kind, delay = redirect
-                if kind == "moved":
-                    await routes.moved(exc)  # type: ignore[arg-type]
-                    server = routes.for_key(keys[0])
-                elif kind == "ask":
-                    server = routes.asked(exc)  # type: ignore[arg-type]
+                server = await routes.redirected(keys[0], server, exc, kind)
                 await asyncio.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))
                 await self._open_wait(server, keys, asking=kind == "ask")
                 redirects += 1

@@ -116,7 +116,7 @@ class AsyncClusterRoutes(AsyncRoutes):
         self._owned = owned
         self._servers: dict[str, AsyncServer] = {}
 
-    async def start(self) -> None:
+    async def prepare(self) -> None:
         await self._cluster.initialize()
 
     def _server(self, node: Any) -> AsyncServer:

@@ -107,11 +107,7 @@ class SyncDriver:
                 raise answer
             kind, delay = redirect
             asking = kind == "ask"
-            if kind == "moved":
-                routes.moved(answer)  # type: ignore[arg-type]
-                server = routes.for_key(key)
-            elif asking:
-                server = routes.asked(answer)  # type: ignore[arg-type]
+            server = routes.redirected(key, server, answer, kind)
             if delay:
                 time.sleep(delay)
             redirects += 1
@@ -251,11 +247,7 @@ class SyncDriver:
                 if redirect is None:
                     raise
                 kind, delay = redirect
-                if kind == "moved":
-                    routes.moved(exc)  # type: ignore[arg-type]
-                    server = routes.for_key(keys[0])
-                elif kind == "ask":
-                    server = routes.asked(exc)  # type: ignore[arg-type]
+                server = routes.redirected(keys[0], server, exc, kind)
                 time.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))
                 self._open_wait(server, keys, asking=kind == "ask")
                 redirects += 1

@@ -75,7 +75,7 @@ class LoopRoutes:
         closer = close_with_loop(loop, lambda: self._closed(loop, routes))
         self._routes[loop] = (routes, started, closer)
         try:
-            await routes.start()
+            await routes.prepare()
         except BaseException:
             self._routes.pop(loop, None)
             started.cancel()

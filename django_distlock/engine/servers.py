@@ -269,6 +269,17 @@ class Routes:
         """The server an ``ASK`` redirect names (only a cluster follows one)."""
         raise error
 
+    def redirected(self, key: str, server: Server, error: Any, kind: str) -> Server:
+        """Where a request on ``key`` goes after ``server`` refused it with ``error``, a
+        redirect of ``kind`` (:func:`~.requests.redirect_of`): ``"moved"`` (the slot map
+        is updated), ``"ask"`` (that one request only) or ``"again"`` (the same server)."""
+        if kind == "moved":
+            self.moved(error)
+            return self.for_key(key)
+        if kind == "ask":
+            return self.asked(error)
+        return server
+
     def refresh(self) -> None:
         """Read again where keys live (after a server could not be reached)."""
 
@@ -293,8 +304,8 @@ class AsyncRoutes:
         self._client = client
         self._owned = owned
 
-    async def start(self) -> None:
-        """Read what must be known before the first request (a cluster's slot map)."""
+    async def prepare(self) -> None:
+        """Async twin of :meth:`Routes.prepare`."""
 
     def for_key(self, key: str) -> AsyncServer:
         """The server holding ``key``."""
@@ -310,6 +321,15 @@ class AsyncRoutes:
     def asked(self, error: AskError) -> AsyncServer:
         """The server an ``ASK`` redirect names (only a cluster follows one)."""
         raise error
+
+    async def redirected(self, key: str, server: AsyncServer, error: Any, kind: str) -> AsyncServer:
+        """Async twin of :meth:`Routes.redirected`."""
+        if kind == "moved":
+            await self.moved(error)
+            return self.for_key(key)
+        if kind == "ask":
+            return self.asked(error)
+        return server
 
     async def refresh(self) -> None:
         """Read again where keys live (after a server could not be reached)."""

@@ -152,6 +152,30 @@ async def test_cancelling_an_acquire_in_flight_never_leaves_an_orphan_lock(backe
     assert outcomes["cancelled"] > 0
 
 
+async def _take_and_give_back(lock: Lock) -> None:
+    assert await lock.aacquire(blocking_timeout=10)
+    await lock.arelease()
+
+
+async def _two_waiters(backend, redis_client, fair: bool) -> tuple[asyncio.Task, asyncio.Task]:
+    """Two tasks blocked, one after the other, waiting for "handoff" (held by the caller);
+    each takes it and gives it back."""
+    tasks = []
+    for count in (1, 2):
+        lock = Lock("handoff", backend=backend, fair=fair, timeout=30)
+        tasks.append(asyncio.create_task(_take_and_give_back(lock)))
+        await await_until(lambda count=count: blocked_clients(redis_client) == count)
+    return tasks[0], tasks[1]
+
+
+async def _the_second_takes_over_promptly(
+    second_task: asyncio.Task, released_at: float, redis_client
+) -> None:
+    await asyncio.wait_for(second_task, 5)
+    assert time.monotonic() - released_at < 0.5
+    assert redis_client.exists(lock_key("handoff")) == 0
+
+
 @pytest.mark.parametrize("fair", [False, True], ids=["unfair", "fair"])
 async def test_cancelling_a_waiter_as_it_is_woken_does_not_strand_the_next(
     backend, redis_client, fair
@@ -161,27 +185,14 @@ async def test_cancelling_a_waiter_as_it_is_woken_does_not_strand_the_next(
     rng = random.Random(99)
     for _ in range(20):
         holder = Lock("handoff", backend=backend, fair=fair, timeout=30)
-        first = Lock("handoff", backend=backend, fair=fair, timeout=30)
-        second = Lock("handoff", backend=backend, fair=fair, timeout=30)
         await holder.aacquire()
-
-        async def take_and_give_back(lock):
-            assert await lock.aacquire(blocking_timeout=10)
-            await lock.arelease()
-
-        first_task = asyncio.create_task(take_and_give_back(first))
-        await await_until(lambda: blocked_clients(redis_client) == 1)
-        second_task = asyncio.create_task(take_and_give_back(second))
-        await await_until(lambda: blocked_clients(redis_client) == 2)
-
+        first_task, second_task = await _two_waiters(backend, redis_client, fair)
         await holder.arelease()
         released_at = time.monotonic()
         await asyncio.sleep(rng.uniform(0, 0.002))
         first_task.cancel()
         await asyncio.gather(first_task, return_exceptions=True)
-        await asyncio.wait_for(second_task, 5)
-        assert time.monotonic() - released_at < 0.5
-        assert redis_client.exists(lock_key("handoff")) == 0
+        await _the_second_takes_over_promptly(second_task, released_at, redis_client)
 
 
 @pytest.mark.parametrize("fair", [False, True], ids=["unfair", "fair"])
@@ -195,28 +206,15 @@ async def test_a_waiter_cancelled_after_its_wait_took_the_wake_up_hands_it_on(
     the holder's lease, 30 s here)."""
     for _ in range(5):
         holder = Lock("handoff", backend=backend, fair=fair, timeout=30)
-        first = Lock("handoff", backend=backend, fair=fair, timeout=30)
-        second = Lock("handoff", backend=backend, fair=fair, timeout=30)
         assert holder.acquire()  # sync: its release below runs no task of this loop
-
-        async def take_and_give_back(lock):
-            assert await lock.aacquire(blocking_timeout=10)
-            await lock.arelease()
-
-        first_task = asyncio.create_task(take_and_give_back(first))
-        await await_until(lambda: blocked_clients(redis_client) == 1)
-        second_task = asyncio.create_task(take_and_give_back(second))
-        await await_until(lambda: blocked_clients(redis_client) == 2)
-
+        first_task, second_task = await _two_waiters(backend, redis_client, fair)
         holder.release()
         released_at = time.monotonic()
         # No await from the release to the cancel: the first waiter cannot run meanwhile.
         wait_until(lambda: blocked_clients(redis_client) == 1, timeout=5)
         assert first_task.cancel()
         await asyncio.gather(first_task, return_exceptions=True)
-        await asyncio.wait_for(second_task, 5)
-        assert time.monotonic() - released_at < 0.5
-        assert redis_client.exists(lock_key("handoff")) == 0
+        await _the_second_takes_over_promptly(second_task, released_at, redis_client)
 
 
 @pytest.mark.parametrize("operation", ["aacquire", "aextend"])
@@ -300,23 +298,11 @@ async def test_a_waiter_cancelled_as_its_woken_wait_ends_hands_the_wake_up_on(
 
     monkeypatch.setattr(AsyncServer, "close_wait", slow_close_wait)
     holder = Lock("handoff", backend=backend, fair=fair, timeout=30)
-    first = Lock("handoff", backend=backend, fair=fair, timeout=30)
-    second = Lock("handoff", backend=backend, fair=fair, timeout=30)
     assert holder.acquire()
-
-    async def take_and_give_back(lock):
-        assert await lock.aacquire(blocking_timeout=10)
-        await lock.arelease()
-
-    first_task = asyncio.create_task(take_and_give_back(first))
-    await await_until(lambda: blocked_clients(redis_client) == 1)
-    second_task = asyncio.create_task(take_and_give_back(second))
-    await await_until(lambda: blocked_clients(redis_client) == 2)
+    first_task, second_task = await _two_waiters(backend, redis_client, fair)
     holder.release()
     released_at = time.monotonic()
     await asyncio.wait_for(finishing.wait(), 5)  # the first waiter's wait is ending
     assert first_task.cancel()
     await asyncio.gather(first_task, return_exceptions=True)
-    await asyncio.wait_for(second_task, 5)
-    assert time.monotonic() - released_at < 0.5
-    assert redis_client.exists(lock_key("handoff")) == 0
+    await _the_second_takes_over_promptly(second_task, released_at, redis_client)
