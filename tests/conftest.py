@@ -50,6 +50,10 @@ from tests.support.redis_servers import RedisServer
 from tests.support.servers import install_termination_cleanup
 from tests.support.topologies import ClusterSetup, ReplicatedSetup, SentinelSetup
 
+SHARED_DOWN_AFTER_MS = 60_000
+"""How long the shared Sentinel and Cluster topologies wait before failing a primary over
+(never, in a test run): the private ones, which tests fail over, wait 1 s."""
+
 _SESSION_SERVER = pytest.StashKey[RedisServer]()
 _CACHES_OVERRIDE = pytest.StashKey[override_settings]()
 
@@ -138,9 +142,11 @@ def sentinel_setup() -> Iterator[SentinelSetup]:
     """A primary, a replica and three Sentinels (service ``mymaster``) shared by the run.
 
     Never fail it over, kill or pause anything (use ``private_sentinel``); flush it
-    (``sentinel_setup.flushall()``) or use keys of your own.
+    (``sentinel_setup.flushall()``) or use keys of your own. Its Sentinels wait a minute
+    before they call the primary down: with the 1 s of a private setup, a loaded CI
+    machine once stalled the primary long enough for a failover nobody asked for.
     """
-    with SentinelSetup() as setup:
+    with SentinelSetup(down_after_ms=SHARED_DOWN_AFTER_MS) as setup:
         yield setup
 
 
@@ -156,9 +162,10 @@ def cluster_setup() -> Iterator[ClusterSetup]:
     """A cluster of three primaries with a replica each, shared by the run.
 
     Never fail over, migrate slots, kill or pause anything (use ``private_cluster``);
-    flush it (``cluster_setup.flushall()``) or use keys of your own.
+    flush it (``cluster_setup.flushall()``) or use keys of your own. Its nodes wait a
+    minute before they fail a primary over (see ``sentinel_setup``).
     """
-    with ClusterSetup() as setup:
+    with ClusterSetup(node_timeout_ms=SHARED_DOWN_AFTER_MS) as setup:
         yield setup
 
 

@@ -93,6 +93,8 @@ async def test_one_watchdog_renews_many_locks(api, backend, redis_client):
     for lock in locks:
         await api.acquire(lock)
     await asyncio.sleep(1.4)
+    lost = {lock.name: lock.lost_reason for lock in locks if lock.lost}
+    assert not lost  # the reasons say whether Redis or the process was too slow
     assert all(redis_client.pttl(lock_key(f"many:{i}")) > 0 for i in range(30))
     for lock in locks:
         await api.release(lock)
