@@ -11,8 +11,8 @@
 
 ``result`` of an acquire: ``acquired``, ``busy`` (held, and the caller did not wait),
 ``timeout`` (waited ``blocking_timeout`` in vain), ``error`` (raised). ``reason`` of a
-loss: ``gone``, ``expired``, ``abandoned`` (:func:`~django_distlock.engine.renewal.
-lost_cause`). ``result`` of a renewal: ``ok``, ``error``, ``lost``. ``lock``: see
+loss: ``gone``, ``expired``, ``abandoned`` (:class:`~django_distlock.engine.LostCause`).
+``result`` of a renewal: ``ok``, ``error``, ``lost``. ``lock``: see
 :func:`~django_distlock.measurements.labeller`.
 
 The lock's path only queues the event: the metrics thread of the process

@@ -19,6 +19,7 @@ from .exceptions import (
     LockNotOwned,
     LockNotReplicated,
 )
+from .hold import LostCause
 from .keys import MAX_CONTEXT_LENGTH, MAX_NAME_LENGTH, MAX_SECONDS, LockKeys, validate_name
 from .listing import Listing, LockQuery, Page
 from .lock import Lock
@@ -46,6 +47,7 @@ __all__ = [
     "LockNotReplicated",
     "LockQuery",
     "LockRecord",
+    "LostCause",
     "NameTemplate",
     "Observer",
     "Page",

@@ -44,7 +44,7 @@ class Event:
     seconds (``None`` where they do not apply), ``at`` epoch seconds. ``template``: the
     name template the name was filled from (``""`` for a name given as is). ``cause``:
     ``busy``/``timeout`` for ``contended``; ``gone``/``expired``/``abandoned`` for
-    ``lost`` (:func:`~.renewal.lost_cause`); ``error``/``gone`` for ``renew_failed``;
+    ``lost`` (:class:`~.hold.LostCause`); ``error``/``gone`` for ``renew_failed``;
     the exception's class name for ``error`` and ``release_failed``. ``mode``:
     ``"exclusive"``, ``"shared"`` or ``"limited"`` (``limit``: N, else ``None``).
     Taking a re-entrant lock again, and releasing it but the last time, are no events.

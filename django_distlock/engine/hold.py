@@ -3,6 +3,7 @@ it, and what became of it (released, lost and why)."""
 
 from __future__ import annotations
 
+import enum
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -14,7 +15,21 @@ from .keys import LockKeys
 if TYPE_CHECKING:
     from .backend import Backend
 
-__all__ = ["Hold"]
+__all__ = ["Hold", "LostCause"]
+
+
+class LostCause(enum.StrEnum):
+    """Why a hold ended without its holder releasing it: the ``cause`` of a ``lost``
+    event, the label of the lost-locks metric."""
+
+    GONE = "gone"
+    """Redis says the lock is no longer ours: its lease ended there, an operator
+    force-released it, or another holder took it."""
+    EXPIRED = "expired"
+    """Its lease ended before Redis confirmed a renewal (Redis unreachable or too slow)."""
+    ABANDONED = "abandoned"
+    """Its owner (thread or task) ended, or its lock object was dropped, without
+    releasing it."""
 
 
 @dataclass(eq=False, slots=True)
@@ -61,7 +76,10 @@ class Hold:
     loop: Any = field(default=None, repr=False)
     """The event loop an async hold was taken on (``None`` for sync holds)."""
     lost: bool = False
+    lost_cause: LostCause = LostCause.EXPIRED
+    """Why it was lost (see :meth:`note_loss`); a lease that ran out unnoticed expired."""
     lost_reason: str = ""
+    """The same, in words for people (messages, logs, events)."""
     renewal_error: str = ""
     """Why the last renewal attempt failed (``""`` once one succeeds)."""
     released: bool = False
@@ -74,6 +92,12 @@ class Hold:
     giving_back: bool = False
     """An acquire that failed may have left the lock held with this token (its reply was
     lost, and so was its clean-up): the watchdog releases it once Redis answers."""
+
+    def note_loss(self, cause: LostCause, reason: str, *, first: bool = True) -> None:
+        """Record why the hold is lost; with ``first`` the first explanation recorded
+        stays (a later one is a consequence of it)."""
+        if not (first and self.lost_reason):
+            self.lost_cause, self.lost_reason = cause, reason
 
     def expired(self, now: float | None = None) -> bool:
         """True once the lease has run out without a confirmed renewal."""

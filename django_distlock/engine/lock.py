@@ -43,7 +43,7 @@ from .core import (
     ttl_call,
 )
 from .exceptions import LockError, LockLost, LockNotAcquired, LockNotOwned, LockNotReplicated
-from .hold import Hold
+from .hold import Hold, LostCause
 from .io import SyncDriver
 from .keys import (
     LockKeys,
@@ -54,7 +54,6 @@ from .keys import (
     validate_seconds,
 )
 from .ownership import current_task_or_thread, owner_label, run_on_loop_of, running_task
-from .renewal import lost_cause
 from .templates import NameTemplate
 from .tuning import ms
 from .watchdog import loop_watchdog, thread_watchdog
@@ -594,8 +593,7 @@ class Lock:
         if released:
             self._emit(hold.backend, "released", hold, hold.thread, held=hold.held_for)
             return
-        if not hold.lost_reason:
-            hold.lost_reason = "its lease ended or another holder took it before release"
+        hold.note_loss(LostCause.GONE, "its lease ended or another holder took it before release")
         self._report_lost(hold)
         raise LockLost(
             f"lock {self.name!r} was lost before release: {hold.lost_reason}", name=self.name
@@ -644,7 +642,7 @@ class Lock:
 
     def _extended(self, hold: Hold, reply: Any, sent_at: float) -> float:
         if int(reply) < 0:
-            hold.lost_reason = "its lease ended or another holder took it"
+            hold.note_loss(LostCause.GONE, "its lease ended or another holder took it", first=False)
             self._report_lost(hold)
             raise LockLost(f"lock {self.name!r} was lost: {hold.lost_reason}", name=self.name)
         hold.valid_until_mono = sent_at + int(reply) / 1000
@@ -696,8 +694,7 @@ class Lock:
     def _ttl_from(self, hold: Hold, reply: Any) -> float | None:
         pttl = int(reply)
         if pttl == -2:
-            if not hold.lost_reason:
-                hold.lost_reason = "its lease ended or another holder took it"
+            hold.note_loss(LostCause.GONE, "its lease ended or another holder took it")
             self._report_lost(hold)
             return None
         return None if pttl < 0 else pttl / 1000
@@ -753,8 +750,9 @@ class Lock:
         hold.auto_renew = False  # at least let the lease run out
         if hold.is_lost():
             # The lease is over anyway: the holder has lost the lock, and is told so.
-            if not hold.lost_reason:
-                hold.lost_reason = f"the lease ended while Redis could not be reached ({error})"
+            hold.note_loss(
+                LostCause.EXPIRED, f"the lease ended while Redis could not be reached ({error})"
+            )
             self._report_lost(hold)
             hold.released = True
             if not body_failed and self.raise_on_lost:
@@ -906,7 +904,7 @@ class Lock:
             hold.thread,
             held=hold.held_for,
             reason=hold.lost_reason,
-            cause=lost_cause(hold.lost_reason),
+            cause=hold.lost_cause.value,
         )
         if self.on_lost is not None:
             try:

@@ -17,12 +17,11 @@ from typing import Any
 from .backend import Event
 from .core import HOSTNAME, Call, extend_call, release_call
 from .exceptions import LockError
-from .hold import Hold
+from .hold import Hold, LostCause
 from .scripts import WAKE
 
 __all__ = [
     "GIVE_BACK",
-    "LOST_CAUSES",
     "RenewalPlan",
     "abandoned_reason",
     "abandoned_release_call",
@@ -36,7 +35,6 @@ __all__ = [
     "give_back_retry",
     "hold_event",
     "lease_end_reason",
-    "lost_cause",
     "mark_lost",
     "on_grid",
     "plan_renewals",
@@ -50,12 +48,7 @@ __all__ = [
 
 logger = logging.getLogger("django_distlock")
 
-LOST_CAUSES = ("gone", "expired", "abandoned")
-"""What :func:`lost_cause` can say, the ``cause`` of a ``lost`` event."""
-
-_LEASE_ENDED = "the lease ended"
 _OBJECT_DROPPED = "its lock object was garbage-collected while it held the lock"
-_OWNER_ENDED = "its owner "
 
 
 def renewal_call(hold: Hold) -> Call:
@@ -100,7 +93,7 @@ def abandoned_reason(hold: Hold) -> str:
     if hold.report_lost() is None:
         return _OBJECT_DROPPED
     if not hold.owner_alive():
-        return f"{_OWNER_ENDED}{hold.thread!r} ended without releasing it"
+        return f"its owner {hold.thread!r} ended without releasing it"
     return ""
 
 
@@ -110,7 +103,9 @@ def after_renewal(hold: Hold, reply: Any, sent_at: float) -> float | None:
     if isinstance(reply, LockError):
         return after_failure(hold, reply)
     if reply is None or int(reply) < 0:
-        hold.lost_reason = "the lock was released or taken by another holder"
+        hold.note_loss(
+            LostCause.GONE, "the lock was released or taken by another holder", first=False
+        )
         return None
     hold.valid_until_mono = sent_at + int(reply) / 1000
     hold.renewal_error = ""
@@ -122,7 +117,7 @@ def after_failure(hold: Hold, exc: BaseException) -> float | None:
     now = time.monotonic()
     hold.renewal_error = str(exc)
     if hold.expired(now):
-        hold.lost_reason = lease_end_reason(hold)
+        hold.note_loss(LostCause.EXPIRED, lease_end_reason(hold), first=False)
         return None
     logger.warning("django-distlock: renewing lock %r failed, will retry: %s", hold.name, exc)
     return min(now + max(hold.lease / 20, 0.001), hold.valid_until_mono)
@@ -131,8 +126,8 @@ def after_failure(hold: Hold, exc: BaseException) -> float | None:
 def lease_end_reason(hold: Hold) -> str:
     """Why a hold whose lease ended without a confirmed renewal is lost."""
     if hold.renewal_error:
-        return f"{_LEASE_ENDED} while Redis could not be reached ({hold.renewal_error})"
-    return f"{_LEASE_ENDED} before Redis confirmed a renewal"
+        return f"the lease ended while Redis could not be reached ({hold.renewal_error})"
+    return "the lease ended before Redis confirmed a renewal"
 
 
 def end_lease(hold: Hold) -> Callable[[Hold], None] | None:
@@ -141,7 +136,10 @@ def end_lease(hold: Hold) -> Callable[[Hold], None] | None:
     hold is reported as abandoned, the cause, even when its lease ran out first (a renewal
     lane too late on a loaded machine)."""
     abandoned = abandoned_reason(hold)
-    if not mark_lost(hold, abandoned or lease_end_reason(hold)):
+    if abandoned:
+        if not mark_lost(hold, LostCause.ABANDONED, abandoned):
+            return None
+    elif not mark_lost(hold, LostCause.EXPIRED, lease_end_reason(hold)):
         return None
     return expired_abandoned if abandoned else tell_holder
 
@@ -162,29 +160,15 @@ def give_back_retry(hold: Hold, now: float) -> float | None:
     return min(now + max(hold.lease / 20, 0.05), hold.valid_until_mono)
 
 
-def mark_lost(hold: Hold, reason: str = "") -> bool:
-    """Mark ``hold`` lost (``reason`` unless one is set); ``False`` if it needs no report
-    (released meanwhile, or already reported)."""
+def mark_lost(hold: Hold, cause: LostCause | None = None, reason: str = "") -> bool:
+    """Mark ``hold`` lost (for ``cause``, unless a cause is recorded already); ``False``
+    if it needs no report (released meanwhile, or already reported)."""
     if hold.released or hold.releasing or hold.lost:
         return False
-    if reason and not hold.lost_reason:
-        hold.lost_reason = reason
+    if cause is not None:
+        hold.note_loss(cause, reason)
     hold.lost = True
     return True
-
-
-def lost_cause(reason: str) -> str:
-    """What kind of loss ``reason`` (a hold's ``lost_reason``) describes, one of
-    :data:`LOST_CAUSES`: ``"abandoned"`` (its owner ended, or its lock object was
-    dropped, without releasing it), ``"expired"`` (its lease ended before Redis confirmed
-    a renewal: Redis unreachable or too slow; also a reason never set), or ``"gone"``
-    (Redis says the lock is no longer ours: its lease ended there, an operator
-    force-released it, or another holder took it)."""
-    if reason.startswith((_OBJECT_DROPPED, _OWNER_ENDED)):
-        return "abandoned"
-    if not reason or reason.startswith(_LEASE_ENDED):
-        return "expired"
-    return "gone"
 
 
 def hold_event(hold: Hold, kind: str, **details: Any) -> Event:
@@ -231,7 +215,7 @@ def tell_holder(hold: Hold) -> None:
         reason = hold.lost_reason
         held = hold.held_for
         hold.backend.emit(
-            hold_event(hold, "lost", held=held, reason=reason, cause=lost_cause(reason))
+            hold_event(hold, "lost", held=held, reason=reason, cause=hold.lost_cause.value)
         )
 
 
@@ -345,7 +329,7 @@ def after_renewals(
             continue
         if reason:
             wakes += wake_calls(hold, reply)
-            if mark_lost(hold, reason):
+            if mark_lost(hold, LostCause.ABANDONED, reason):
                 submit(released_abandoned, hold, reply)
             continue
         if hold.released or hold.releasing:

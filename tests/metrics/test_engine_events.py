@@ -12,8 +12,7 @@ from prometheus_client import REGISTRY
 
 from django_distlock import distlock
 from django_distlock import signals as distlock_signals
-from django_distlock.engine import Lock, LockBackendUnavailable, LockLost
-from django_distlock.engine.renewal import LOST_CAUSES, lost_cause
+from django_distlock.engine import Lock, LockBackendUnavailable, LockLost, LostCause
 from django_distlock.measurements import flush_metrics
 from tests.support.engine import await_until, lock_key, wait_until
 from tests.support.events import events_mode, kinds
@@ -179,22 +178,19 @@ async def test_a_hold_whose_lock_object_was_dropped_is_still_reported_lost(
     await await_until(lambda: redis_client.exists(lock_key(NAME)) == 0)
 
 
-@pytest.mark.parametrize(
-    ("reason", "cause"),
-    [
-        ("the lock was released or taken by another holder", "gone"),  # renewal
-        ("its lease ended or another holder took it", "gone"),  # extend, ttl
-        ("its lease ended or another holder took it before release", "gone"),  # release
-        ("the lease ended while Redis could not be reached (Timeout)", "expired"),
-        ("the lease ended before Redis confirmed a renewal", "expired"),
-        ("", "expired"),  # a lease that ran out unnoticed: lock.lost_reason says so
-        ("its owner 'Thread-3' ended without releasing it", "abandoned"),
-        ("its lock object was garbage-collected while it held the lock", "abandoned"),
-    ],
-)
-def test_lost_cause_of_every_reason_the_engine_gives(reason, cause):
-    assert lost_cause(reason) == cause
-    assert cause in LOST_CAUSES
+async def test_a_release_or_extend_that_finds_the_lock_gone_reports_it_gone(
+    api, make_backend, recorder, redis_client
+):
+    backend = make_backend(observer=recorder)
+    for operation in ("release", "extend"):
+        lock = Lock(f"gone-at-{operation}", backend=backend, timeout=30)
+        await api.acquire(lock)
+        redis_client.delete(lock_key(lock.name))  # an operator's force release
+        end = api.extend(lock, 5) if operation == "extend" else api.release(lock)
+        with pytest.raises(LockLost):
+            await end
+        assert lock.lost_reason.startswith("its lease ended or another holder took it")
+    assert [event.cause for event in recorder.of("lost")] == [LostCause.GONE] * 2
 
 
 @pytest.mark.django_db
