@@ -13,7 +13,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from .engine.exceptions import (
+from .engine import (
     LockBackendError,
     LockBackendUnavailable,
     LockError,

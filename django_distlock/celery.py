@@ -27,7 +27,7 @@ Importing this module imports Celery; importing ``django_distlock`` does not.
 Why this module is long: it is one feature whose two faces (the decorator and the base
 class) share one run procedure, whose branches (skip, retry, wait, a redelivered copy)
 only make sense read together with the publishing side they answer; the Redis side of
-``unique_while_queued`` lives in :mod:`.taskclaims`.
+``unique_while_queued`` lives in :mod:`.engine.claims`.
 """
 
 from __future__ import annotations
@@ -48,13 +48,19 @@ from django.apps import apps
 from kombu.utils.uuid import uuid
 
 from .connections import get_backend
-from .engine import Lock
-from .engine.exceptions import LockError, LockNotAcquired
-from .engine.io import SyncDriver
-from .engine.keys import MAX_CONTEXT_LENGTH, LockKeys, clean_label, validate_name, validate_seconds
-from .engine.templates import NameTemplate
+from .engine import (
+    MAX_CONTEXT_LENGTH,
+    Lock,
+    LockError,
+    LockNotAcquired,
+    NameTemplate,
+    TaskClaims,
+    clean_label,
+    current_holder,
+    validate_name,
+    validate_seconds,
+)
 from .locks import distlock
-from .taskclaims import TaskClaims, holder_of
 from .terminal import holder_label, timestamp_and_age
 
 __all__ = ["LockedTask", "locked_task"]
@@ -382,9 +388,7 @@ class _Run:
     def _holder(self) -> str:
         """``web-3 pid 4242 since 2026-11-22 10:01:02 UTC (12s ago)``, for a log line."""
         try:
-            backend = self.lock.backend
-            key = LockKeys.for_name(backend.prefix, self.name).lock
-            record = holder_of(SyncDriver(backend, self.name), self.name, key)
+            record = current_holder(self.lock.backend, self.name)
         except LockError:
             record = None
         if record is None:

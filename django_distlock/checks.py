@@ -59,7 +59,7 @@ from .connections import (
     lock_servers,
     redacted,
 )
-from .engine.eviction import SAFE_EVICTION_POLICY, unsafe_eviction_policy
+from .engine import SAFE_EVICTION_POLICY, unsafe_eviction_policy
 from .settings import (
     DEFAULTS,
     EVENT_MODES,

@@ -30,8 +30,7 @@ from django.dispatch import Signal
 from django.utils import timezone
 
 from . import signals
-from .engine import Event, Lock, Observer
-from .engine.core import EXCLUSIVE
+from .engine import EXCLUSIVE, Event, Lock, Observer
 from .eventrows import Item, delete_events_before
 from .eventwriter import current_writer, write_later, write_now
 from .settings import get_config
@@ -76,7 +75,7 @@ def observer_for(config: Config) -> Observer:
     """
     mode = config.events
     write = _WRITERS.get(mode)
-    measure = metrics_observer(config)
+    measure = metrics_observer(config.metrics, config.metrics_label)
 
     def observe(event: Event) -> None:
         signal = _SIGNALS.get(event.kind)

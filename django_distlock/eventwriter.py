@@ -40,7 +40,7 @@ from collections import deque
 from django.db import connections
 from django.utils import timezone
 
-from .engine import process
+from .engine import forget_after_fork
 from .eventlosses import LossReport, logger
 from .eventrows import (
     Item,
@@ -343,7 +343,7 @@ def _forget_writer_after_fork() -> None:
     _writer_lock = threading.Lock()
 
 
-process.forget_after_fork(_forget_writer_after_fork)
+forget_after_fork(_forget_writer_after_fork)
 
 
 def _flush_at_exit() -> None:

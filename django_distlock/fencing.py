@@ -25,8 +25,7 @@ from asgiref.sync import sync_to_async
 from django.db import models, transaction
 from django.db.models import Max
 
-from .engine import Lock
-from .engine.exceptions import LockError, LockNotOwned
+from .engine import Lock, LockError, LockNotOwned
 
 __all__ = ["FenceField", "FencedQuerySet", "StaleFence"]
 

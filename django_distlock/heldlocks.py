@@ -27,8 +27,7 @@ from django.core.exceptions import FieldError
 from django.db import models
 
 from .connections import get_backend
-from .engine.listing import Listing, LockQuery
-from .engine.records import LockRecord
+from .engine import Listing, LockQuery, LockRecord
 
 if TYPE_CHECKING:
     from .models import HeldLock

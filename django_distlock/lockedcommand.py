@@ -26,9 +26,15 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from .durations import format_duration, seconds_type
-from .engine.exceptions import LockBackendUnavailable, LockError, LockLost
-from .engine.keys import clean_label, validate_name
-from .engine.templates import NameTemplate, TemplateError
+from .engine import (
+    LockBackendUnavailable,
+    LockError,
+    LockLost,
+    NameTemplate,
+    TemplateError,
+    clean_label,
+    validate_name,
+)
 from .locks import check_kind, distlock
 from .models import HeldLock
 from .terminal import holder_label, timestamp_and_age

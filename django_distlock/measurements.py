@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from .engine import Event, Observer, process
+from .engine import Event, Observer, forget_after_fork
 
 __all__ = [
     "ACQUIRE_RESULTS",
@@ -279,4 +279,4 @@ def _forget_after_fork() -> None:
     _current_lock = threading.Lock()
 
 
-process.forget_after_fork(_forget_after_fork)
+forget_after_fork(_forget_after_fork)

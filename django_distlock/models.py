@@ -11,8 +11,7 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
-from .engine.core import EXCLUSIVE, LIMITED, SHARED
-from .engine.keys import MAX_NAME_LENGTH
+from .engine import EXCLUSIVE, LIMITED, MAX_NAME_LENGTH, SHARED
 from .heldlocks import HeldLockManager, release_held_lock
 
 __all__ = ["HeldLock", "LockEvent", "Mode"]

@@ -18,7 +18,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
-from .engine.keys import MAX_SECONDS, validate_prefix, validate_replicas, validate_seconds
+from .engine import MAX_SECONDS, validate_prefix, validate_replicas, validate_seconds
 from .measurements import LABEL_MODES
 from .telemetry import BACKENDS
 

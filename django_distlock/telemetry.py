@@ -14,14 +14,10 @@ import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING
 
 from django.core.exceptions import ImproperlyConfigured
 
 from .engine import Event, Observer
-
-if TYPE_CHECKING:
-    from .settings import Config
 
 __all__ = ["BACKENDS", "MetricsBackend", "metrics_observer", "missing_library"]
 
@@ -68,11 +64,11 @@ def missing_library(name: str) -> bool:
         return True
 
 
-def metrics_observer(config: Config) -> Observer | None:
-    """One observer feeding every backend ``config.metrics`` enables, with
-    ``config.metrics_label`` labels; ``None`` when none is. ``ImproperlyConfigured`` when
-    a backend's library is missing."""
-    observers = [_load(name).observer(config.metrics_label) for name in config.metrics]
+def metrics_observer(metrics: Sequence[str], label: str) -> Observer | None:
+    """One observer feeding every backend named in ``metrics`` (``DISTLOCK["METRICS"]``),
+    with ``label`` labels (``DISTLOCK["METRICS_LABEL"]``); ``None`` when none is named.
+    ``ImproperlyConfigured`` when a backend's library is missing."""
+    observers = [_load(name).observer(label) for name in metrics]
     if not observers:
         return None
     if len(observers) == 1:

@@ -16,10 +16,15 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import Http404, HttpRequest
 from django.views import View
 
-from .engine import Lock
-from .engine.exceptions import LockBackendUnavailable
-from .engine.keys import clean_label, validate_name, validate_seconds
-from .engine.templates import NameTemplate, TemplateError
+from .engine import (
+    Lock,
+    LockBackendUnavailable,
+    NameTemplate,
+    TemplateError,
+    clean_label,
+    validate_name,
+    validate_seconds,
+)
 from .locks import check_kind, distlock
 from .responses import settings_on_busy, settings_on_unavailable
 from .settings import get_config

@@ -18,7 +18,7 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 
-from .engine.keys import clean_label
+from .engine import clean_label
 from .locks import check_kind
 from .responses import (
     UNAVAILABLE_RETRY_AFTER,

@@ -37,12 +37,13 @@ def _type_checking_nodes(tree: ast.AST) -> set[int]:
     return nodes
 
 
-def imports_of(name: str) -> set[str]:
+def imports_of(name: str, *, type_only: bool = False) -> set[str]:
     """Every module ``name`` imports at run time (function-local imports included: a
-    lazy import that dodges a cycle is still a cycle)."""
+    lazy import that dodges a cycle is still a cycle); with ``type_only``, also those
+    imported for type hints alone."""
     path = MODULES[name]
     tree = ast.parse(path.read_text())
-    skipped = _type_checking_nodes(tree)
+    skipped = set() if type_only else _type_checking_nodes(tree)
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     found: set[str] = set()
     for node in ast.walk(tree):
@@ -61,11 +62,11 @@ def imports_of(name: str) -> set[str]:
     return found
 
 
-def internal_edges(name: str) -> set[str]:
+def internal_edges(name: str, *, type_only: bool = False) -> set[str]:
     """The package's modules ``name`` depends on (a package's ``__init__`` re-exporting
     its own children is a face, not a dependency)."""
     edges = set()
-    for target in imports_of(name):
+    for target in imports_of(name, type_only=type_only):
         while target and target not in MODULES:
             target = target.rpartition(".")[0]
         if not target or target == name or name.startswith(target + "."):
@@ -120,6 +121,36 @@ def test_the_package_has_no_import_cycles():
     graph = {name: internal_edges(name) for name in MODULES}
     assert sum(map(len, graph.values())) > 50  # the walk sees the package's imports
     assert cycles(graph) == []
+
+
+# Django's own shape: a model names its manager, whose queryset builds instances of the
+# model (for type hints only).
+MODEL_AND_MANAGER = ["django_distlock.heldlocks", "django_distlock.models"]
+
+
+def test_no_import_cycles_even_for_type_hints():
+    graph = {name: internal_edges(name, type_only=True) for name in MODULES}
+    assert [cycle for cycle in cycles(graph) if cycle != MODEL_AND_MANAGER] == []
+
+
+def engine_internals_imported_by(name: str) -> list[str]:
+    """The engine's private modules the Django-layer module ``name`` imports (the engine's
+    face is ``django_distlock.engine`` and its ``__all__``)."""
+    return sorted(
+        target
+        for target in imports_of(name, type_only=True)
+        if target.startswith("django_distlock.engine.") and target in MODULES
+    )
+
+
+def test_the_django_layer_uses_only_the_engines_public_names():
+    layer = [name for name in MODULES if not name.startswith("django_distlock.engine")]
+    offenders = {name: engine_internals_imported_by(name) for name in layer}
+    assert {name: found for name, found in offenders.items() if found} == {}
+    # The check sees what it looks for (a name imported from the engine is no module).
+    assert "django_distlock.engine.hold" in engine_internals_imported_by(
+        "django_distlock.engine.lock"
+    )
 
 
 def test_no_engine_module_imports_django():

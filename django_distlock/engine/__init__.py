@@ -10,6 +10,8 @@ Django: the Django layer (settings, views, commands, events, the admin) is built
 """
 
 from .backend import Backend, Event, Observer
+from .claims import TaskClaims, current_holder
+from .eviction import SAFE_EVICTION_POLICY, unsafe_eviction_policy
 from .exceptions import (
     LockBackendError,
     LockBackendUnavailable,
@@ -20,18 +22,35 @@ from .exceptions import (
     LockNotReplicated,
 )
 from .hold import LostCause
-from .keys import MAX_CONTEXT_LENGTH, MAX_NAME_LENGTH, MAX_SECONDS, LockKeys, validate_name
+from .keys import (
+    MAX_CONTEXT_LENGTH,
+    MAX_NAME_LENGTH,
+    MAX_SECONDS,
+    LockKeys,
+    clean_label,
+    validate_name,
+    validate_prefix,
+    validate_replicas,
+    validate_seconds,
+)
 from .listing import Listing, LockQuery, Page
 from .lock import Lock
 from .many import LockGroup
+from .modes import EXCLUSIVE, LIMITED, MODES, SHARED
+from .process import forget_after_fork
 from .records import LockRecord
 from .templates import NameTemplate, TemplateError
 from .tuning import Tuning
 
 __all__ = [
+    "EXCLUSIVE",
+    "LIMITED",
     "MAX_CONTEXT_LENGTH",
     "MAX_NAME_LENGTH",
     "MAX_SECONDS",
+    "MODES",
+    "SAFE_EVICTION_POLICY",
+    "SHARED",
     "Backend",
     "Event",
     "Listing",
@@ -51,7 +70,15 @@ __all__ = [
     "NameTemplate",
     "Observer",
     "Page",
+    "TaskClaims",
     "TemplateError",
     "Tuning",
+    "clean_label",
+    "current_holder",
+    "forget_after_fork",
+    "unsafe_eviction_policy",
     "validate_name",
+    "validate_prefix",
+    "validate_replicas",
+    "validate_seconds",
 ]

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from redis.exceptions import AskError, ConnectionError, NoScriptError, ResponseError, TryAgainError
 
 from .cancellation import cancellations, completed, keep_cancellation
-from .core import AwaitWait, Call, CallEndingWait, Op, Pause, StartWait, Wake
 from .io import END_WAIT_REPLY_TIMEOUT
+from .ops import AwaitWait, Call, CallEndingWait, Op, Pause, StartWait, Wake
 from .requests import (
     BACKEND_ERRORS,
     MAX_REDIRECTS,

@@ -22,10 +22,10 @@ from .clusters import (
     async_routes_for,
     cluster_from_urls,
 )
-from .core import EXCLUSIVE
 from .exceptions import LockError
 from .keys import validate_prefix, validate_replicas, validate_seconds
 from .loop_routes import LoopRoutes
+from .modes import EXCLUSIVE
 from .servers import AsyncRoutes, Routes, Server
 from .tuning import Tuning
 

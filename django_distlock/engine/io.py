@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from redis.exceptions import AskError, ConnectionError, NoScriptError, ResponseError, TryAgainError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .core import AwaitWait, Call, CallEndingWait, Op, Pause, StartWait, Wake
+from .ops import AwaitWait, Call, CallEndingWait, Op, Pause, StartWait, Wake
 from .requests import (
     BACKEND_ERRORS,
     MAX_REDIRECTS,
@@ -64,7 +64,7 @@ class SyncDriver:
     def call(self, call: Call) -> Any:
         """Run one script (``EVALSHA``, ``EVAL`` after ``NOSCRIPT``) on the server holding
         its keys, following cluster redirects; with ``replicas``, its ``WAIT`` on the same
-        connection (:class:`~.core.Replicated`)."""
+        connection (:class:`~.ops.Replicated`)."""
         try:
             return self._routed(call.keys[0], call)[0]
         except BACKEND_ERRORS as exc:

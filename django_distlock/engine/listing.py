@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .backend import Backend
-from .core import EXCLUSIVE, LIMITED, SHARED, Call, release_steps
+from .core import release_steps
 from .eviction import unsafe_eviction_policy
 from .exceptions import LockError
 from .io import SyncDriver
@@ -50,6 +50,8 @@ from .keys import (
     index_keys,
     validate_name,
 )
+from .modes import EXCLUSIVE, LIMITED, SHARED
+from .ops import Call
 from .records import LockRecord, lock_value_acquired_at_us
 from .requests import BACKEND_ERRORS
 from .scripts import LIST_BUCKETS, LIST_INDEX

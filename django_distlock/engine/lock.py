@@ -26,12 +26,8 @@ from . import process
 from .aio import AsyncDriver
 from .backend import Backend, Event, logger
 from .core import (
-    EXCLUSIVE,
     HOSTNAME,
-    LIMITED,
-    SHARED,
     Acquired,
-    Call,
     NotAcquired,
     NotReplicated,
     acquire_steps,
@@ -53,6 +49,8 @@ from .keys import (
     validate_replicas,
     validate_seconds,
 )
+from .modes import EXCLUSIVE, LIMITED, SHARED
+from .ops import Call
 from .ownership import current_task_or_thread, owner_label, run_on_loop_of, running_task
 from .templates import NameTemplate
 from .tuning import ms

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from .backend import Event
-from .core import HOSTNAME, Call, extend_call, release_call
+from .core import HOSTNAME, extend_call, release_call
 from .exceptions import LockError
 from .hold import Hold, LostCause
+from .ops import Call
 from .scripts import WAKE
 
 __all__ = [

@@ -31,8 +31,8 @@ from redis.exceptions import (
 )
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .core import Call, Replicated
 from .exceptions import LockBackendError, LockBackendUnavailable, LockError
+from .ops import Call, Replicated
 
 __all__ = [
     "BACKEND_ERRORS",

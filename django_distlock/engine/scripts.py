@@ -42,6 +42,7 @@ __all__ = [
     "LIST_BUCKETS",
     "LIST_INDEX",
     "MANY_ACQUIRE",
+    "NOW",
     "PASS_ON",
     "RELEASE",
     "TTL",
@@ -68,7 +69,7 @@ class Script:
 
 # Sets `now_us` (a string) and `now_ms` (a number) from the server clock, so that
 # every client agrees on time whatever its own clock says.
-_NOW = r"""
+NOW = r"""
   local now = redis.call('TIME')
   local now_us = now[1] .. string.sub('00000' .. now[2], -6)
   local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -97,7 +98,7 @@ _WAKE_ONE = (
     r"""
 if redis.call('EXISTS', KEYS[3]) == 1 then
   local head = false"""
-    + _NOW
+    + NOW
     + _QUEUE_HEAD
     + r"""
   if head then
@@ -204,7 +205,7 @@ def _enqueue(obstacle_ms: str) -> str:
     ).replace("OBSTACLE", obstacle_ms)
 
 
-# Ends the caller's own outstanding BLPOP (see ``core.CallEndingWait``): a mark pushed to
+# Ends the caller's own outstanding BLPOP (see ``ops.CallEndingWait``): a mark pushed to
 # its own list, which its BLPOP watches first. Spliced at the end of a script, after
 # anything that may clear that list, so that the push survives.
 _END_WAIT = r"""
@@ -245,7 +246,7 @@ local function attempt()
     -- new shared holders let go first) or limited (another kind: refused).
     local held_as = redis.call('HGET', KEYS[9], '#kind')
     if held_as and held_as ~= 'shared' then return {'kind', held_as} end"""
-    + _NOW
+    + NOW
     + r"""
     local held = 0"""
     + _PRUNE_HOLDERS
@@ -267,7 +268,7 @@ local function attempt()
   local fair = ARGV[8] == '1'
   if pttl ~= -2 and waiter == '' then return {'busy', pttl, ''} end
 """
-    + _NOW
+    + NOW
     + r"""
   local head = false
   if fair then"""
@@ -406,7 +407,7 @@ local kind = ARGV[10]
 local limit = tonumber(ARGV[11])
 local woken_head = ''
 local function attempt()"""
-    + _NOW
+    + NOW
     + r"""
   local obstacle_ms = -2
   local writer_first = false
@@ -514,7 +515,7 @@ HOLDER_RELEASE = Script(
 local signal_ms = ARGV[3]
 local woken_head = ''
 if redis.call('TYPE', KEYS[1])['ok'] ~= 'zset' then return {'not held', ''} end"""
-    + _NOW
+    + NOW
     + r"""
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local mine = score and tonumber(score) >= now_ms
@@ -636,7 +637,7 @@ local function attempt()
       return {'busy', pttl, i, writer}
     end
   end"""
-    + _NOW
+    + NOW
     + r"""
   local result = {'taken', now_us}
   local lease_ms = tonumber(ARGV[2])

@@ -8,8 +8,7 @@ import time
 import pytest
 import redis
 
-from django_distlock.engine import Backend, LockKeys
-from django_distlock.taskclaims import TaskClaims
+from django_distlock.engine import Backend, LockKeys, TaskClaims
 from tests.support.engine import close_backend
 
 NAME = "import:42"

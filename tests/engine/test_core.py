@@ -12,17 +12,12 @@ import pytest
 from django_distlock.engine import LockBackendError, LockBackendUnavailable, LockKeys, Tuning
 from django_distlock.engine.core import (
     Acquired,
-    AwaitWait,
-    Call,
-    CallEndingWait,
     NotAcquired,
-    Pause,
-    StartWait,
-    Wake,
     acquire_steps,
     owner_metadata,
     release_steps,
 )
+from django_distlock.engine.ops import AwaitWait, Call, CallEndingWait, Pause, StartWait, Wake
 from django_distlock.engine.scripts import ACQUIRE, PASS_ON, RELEASE
 
 KEYS = LockKeys.for_name("p:", "job")

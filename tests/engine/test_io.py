@@ -11,8 +11,8 @@ from redis.exceptions import AskError, MovedError, TryAgainError
 
 from django_distlock.engine import Backend, Lock, LockBackendError, LockBackendUnavailable, Tuning
 from django_distlock.engine.cancellation import completed
-from django_distlock.engine.core import Call
 from django_distlock.engine.io import SyncDriver
+from django_distlock.engine.ops import Call
 from django_distlock.engine.requests import (
     MAX_REDIRECTS,
     TRYAGAIN_BUDGET,

@@ -30,7 +30,7 @@ def test_metrics_are_off_by_default():
     config = _build({})
     assert (DEFAULTS["METRICS"], DEFAULTS["METRICS_LABEL"]) == (None, "template")
     assert (config.metrics, config.metrics_label) == ((), "template")
-    assert metrics_observer(config) is None
+    assert metrics_observer(config.metrics, config.metrics_label) is None
 
 
 @pytest.mark.parametrize(

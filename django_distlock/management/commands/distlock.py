@@ -42,9 +42,13 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_distlock.durations import duration_type, format_duration, seconds_type
-from django_distlock.engine import Lock
-from django_distlock.engine.exceptions import LockBackendUnavailable, LockNotAcquired
-from django_distlock.engine.keys import clean_label, validate_name
+from django_distlock.engine import (
+    Lock,
+    LockBackendUnavailable,
+    LockNotAcquired,
+    clean_label,
+    validate_name,
+)
 from django_distlock.events import prune_events
 from django_distlock.heldlocks import lock_server_eviction_policy
 from django_distlock.lockedcommand import holder_description

@@ -1,5 +1,5 @@
-"""What ``unique_while_queued`` keeps in Redis: one claim per lock name, and the task
-ids that already ran.
+"""What ``unique_while_queued`` (of the Celery integration) keeps in Redis: one claim per
+lock name, and the task ids that already ran.
 
 Beside each lock (same bucket, so one script touches them with the lock key):
 
@@ -24,27 +24,25 @@ prefix.
 
 from __future__ import annotations
 
-from .engine.backend import Backend
-from .engine.core import Call
-from .engine.io import SyncDriver
-from .engine.keys import LockKeys
-from .engine.records import LockRecord, decode, parse_lock_value
-from .engine.scripts import Script
-from .engine.tuning import ms
+from typing import TYPE_CHECKING
+
+from .io import SyncDriver
+from .keys import LockKeys
+from .ops import Call
+from .records import LockRecord, decode, parse_lock_value
+from .scripts import NOW, Script
+from .tuning import ms
+
+if TYPE_CHECKING:
+    from .backend import Backend
 
 __all__ = [
     "CLAIM",
     "FINISH",
     "START",
     "TaskClaims",
-    "holder_of",
+    "current_holder",
 ]
-
-# Sets `now_ms` from the server clock (scores are server time, as for the lock index).
-_NOW = r"""
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-"""
 
 CLAIM = Script(
     "celery_claim",
@@ -82,7 +80,7 @@ START = Script(
 -- unless another task's queued claim holds it (a claim taken after ours expired).
 -- returns 1 if this task id already ran (this delivery is a copy), else 0
 """
-    + _NOW
+    + NOW
     + r"""
 local done_until = redis.call('ZSCORE', KEYS[2], ARGV[1])
 if done_until and tonumber(done_until) > now_ms then return 1 end
@@ -104,7 +102,7 @@ FINISH = Script(
 -- Gives up the claim if it is still this task's (compare-and-delete, never another's).
 -- returns 1
 """
-    + _NOW
+    + NOW
     + r"""
 local current = redis.call('GET', KEYS[1])
 local mine = current and string.sub(current, 3) == ARGV[1]
@@ -149,7 +147,7 @@ class TaskClaims:
     def held_by_a_run(self) -> bool:
         """Whether the lock is held by a run of the task (its context label ends with
         ``[<task id>]``): a message of the task delivered again finds it so."""
-        record = holder_of(self.driver, self.name, self.lock)
+        record = _holder(self.driver, self.name, self.lock)
         return record is not None and record.context.endswith(f"[{self.task_id}]")
 
     def start(self, lasts: float) -> bool:
@@ -178,6 +176,12 @@ class TaskClaims:
         )
 
 
-def holder_of(driver: SyncDriver, name: str, lock_key: str) -> LockRecord | None:
-    """Who holds lock ``name`` (key ``lock_key``) now, if anyone (its TTL is not read)."""
+def current_holder(backend: Backend, name: str) -> LockRecord | None:
+    """Who holds the exclusive lock ``name`` of ``backend`` now, if anyone (one ``GET``;
+    the record's TTL is not read)."""
+    key = LockKeys.for_name(backend.prefix, name).lock
+    return _holder(SyncDriver(backend, name), name, key)
+
+
+def _holder(driver: SyncDriver, name: str, lock_key: str) -> LockRecord | None:
     return parse_lock_value(name, driver.execute(lock_key, "GET", lock_key), ttl_ms=0)

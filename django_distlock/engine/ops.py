@@ -1,0 +1,107 @@
+"""The operations the protocol's steps (:mod:`.core`) ask the I/O drivers (:mod:`.io`,
+:mod:`.aio`) to carry out, and what the drivers send back: the vocabulary between the
+two, with no I/O and no protocol of its own."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from .scripts import Script
+
+__all__ = [
+    "AwaitWait",
+    "Call",
+    "CallEndingWait",
+    "Op",
+    "Pause",
+    "Replicated",
+    "StartWait",
+    "Wake",
+]
+
+
+@dataclass(slots=True)
+class Call:
+    """Run ``script`` with ``keys`` and ``args``; the driver sends back the reply.
+
+    With ``replicas`` (a count and a timeout in ms), a ``WAIT`` follows the script on the
+    same connection, in the same round trip, and the driver sends back
+    ``Replicated(reply, acknowledged)``.
+    """
+
+    script: Script
+    keys: tuple[str, ...]
+    args: tuple[str | int, ...]
+    replicas: tuple[int, int] | None = None
+
+
+@dataclass(slots=True)
+class Replicated:
+    """A script's reply, and how many replicas acknowledged its writes (``WAIT``)."""
+
+    reply: Any
+    acknowledged: int
+
+
+@dataclass(slots=True)
+class StartWait:
+    """Send ``BLPOP keys...`` on a dedicated connection without waiting for the answer.
+
+    The first key is the waiter's own wake-up list: ending the wait pushes to it (see
+    :class:`CallEndingWait`), so a ``BLPOP`` still in flight ends as surely as one
+    already blocked.
+    """
+
+    keys: tuple[str, ...]
+
+
+@dataclass(slots=True)
+class AwaitWait:
+    """Wait up to ``timeout`` seconds for the outstanding ``BLPOP`` to answer.
+
+    The driver sends back a :class:`Wake`: ``WOKEN`` when it answered with a wake-up
+    (the wait is over), ``TIMER`` when the time ran out first (the ``BLPOP`` stays
+    outstanding), ``INTERRUPTED`` when the server ended it (the wait is over). An answer
+    that is a leftover end-of-wait mark is not a wake-up: the driver sends the ``BLPOP``
+    again and keeps waiting. Timing this on the client matters: servers time
+    out blocked clients only on their ``hz`` tick, up to 100 ms late, which would make
+    waiters notice an expired holder late.
+    """
+
+    timeout: float
+
+
+@dataclass(slots=True)
+class CallEndingWait:
+    """Run ``call``, a script that ends the outstanding ``BLPOP`` by pushing to the
+    waiter's own list, then read that ``BLPOP``'s answer: ending a wait costs no round
+    trip of its own and cannot race with a ``BLPOP`` still in flight. The driver sends
+    back ``(reply, woken)``, ``woken`` being ``True`` when the ``BLPOP`` had consumed a
+    wake-up (or may have: a wait whose connection failed)."""
+
+    call: Call
+
+
+@dataclass(slots=True)
+class Pause:
+    """Sleep ``seconds`` (pacing retries while a failover settles)."""
+
+    seconds: float
+
+
+class Wake(enum.Enum):
+    """How an :class:`AwaitWait` ended."""
+
+    WOKEN = "woken"
+    """A release (or a free slot) woke the waiter: try now."""
+    TIMER = "timer"
+    """The waiter's timer ran out first; its ``BLPOP`` is still outstanding."""
+    INTERRUPTED = "interrupted"
+    """The server ended the wait (``UNBLOCKED``: a planned failover demoted it). No
+    ``BLPOP`` is outstanding; the primary may have changed: try again at once, riding out
+    the failover within the caller's deadline."""
+
+
+Op = Call | StartWait | AwaitWait | CallEndingWait | Pause
