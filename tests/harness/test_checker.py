@@ -1,0 +1,598 @@
+"""The history checker of the randomized fault runs (``tests/support/checker.py``) and its
+register linearizability search (``tests/support/linearizability.py``), on hand-made
+histories: valid ones pass, each kind of violation is found and names its operations."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.support.checker import Report, ViolationType, check
+from tests.support.history import Kind, Operation, Outcome
+from tests.support.linearizability import Verdict, check_register
+
+STEP = 0.01
+"""How long a hand-made acquire, release or register operation takes."""
+
+
+def op(
+    kind: Kind,
+    client: str,
+    start: float,
+    end: float | None = None,
+    outcome: Outcome = "ok",
+    *,
+    hold: int = 1,
+    lock: str = "lock",
+    **fields: Any,
+) -> Operation:
+    """One record; ``end`` defaults to ``start + STEP``."""
+    return Operation(
+        client=client,
+        hold=hold,
+        kind=kind,
+        lock=lock,
+        start=start,
+        end=start + STEP if end is None else end,
+        outcome=outcome,
+        **fields,
+    )
+
+
+def held(
+    client: str,
+    acquired: float,
+    released: float | None,
+    *,
+    hold: int = 1,
+    fence: int | None = None,
+    **fields: Any,
+) -> list[Operation]:
+    """An ``ok`` acquire ending at ``acquired`` and, unless ``released`` is ``None``, its
+    ``ok`` release starting at ``released``."""
+    records = [op("acquire", client, acquired - STEP, acquired, hold=hold, fence=fence, **fields)]
+    if released is not None:
+        records.append(op("release", client, released, hold=hold, **fields))
+    return records
+
+
+def increment(
+    client: str, at: float, read: int, *, fence: int | None, **fields: Any
+) -> list[Operation]:
+    """A read of ``read`` then an accepted write of ``read + 1`` (fenced with ``fence``)."""
+    return [
+        op("read", client, at, value=read, **fields),
+        op(
+            "write",
+            client,
+            at + 2 * STEP,
+            value=read + 1,
+            fence=fence,
+            fenced=fence is not None,
+            **fields,
+        ),
+    ]
+
+
+def final_read(at: float, value: int) -> Operation:
+    return op("read", "checker", at, value=value, hold=0, extra={"final": True})
+
+
+def types(report: Report) -> list[ViolationType]:
+    return [violation.type for violation in report.violations]
+
+
+def test_sequential_fenced_holds_pass() -> None:
+    history = [
+        *held("a", 1.0, 2.0, fence=1),
+        *increment("a", 1.1, 0, fence=1),
+        *held("b", 2.5, 3.5, fence=2),
+        *increment("b", 2.6, 1, fence=2),
+        final_read(4.0, 2),
+    ]
+
+    report = check(history)
+
+    assert report.ok, report.violations
+    assert (report.operations, report.holds, report.lost_updates) == (9, 2, 0)
+    assert (report.double_holder_windows, report.longest_double_holder_window) == (0, 0.0)
+    assert report.unchecked == []
+
+
+def test_a_lost_hold_then_a_takeover_pass() -> None:
+    history = [
+        *held("a", 1.0, None, fence=1),
+        op("lost", "a", 2.0, 3.0),
+        *held("b", 3.0, 4.0, fence=2),
+        op("release", "a", 3.5, outcome="fail"),  # told again at release: not a second end
+    ]
+
+    assert check(history).ok
+
+
+def test_info_acquires_are_never_holders() -> None:
+    history = [
+        *held("a", 1.0, 3.0, fence=1),
+        op("acquire", "b", 1.5, 2.0, "info"),
+        op("release", "b", 2.1, outcome="info"),
+        op("acquire", "c", 2.5, 2.6, "info"),  # never released: maybe never held
+    ]
+
+    report = check(history)
+
+    assert report.ok, report.violations
+    assert report.holds == 1
+
+
+def test_info_acquires_hide_no_overlap() -> None:
+    history = [
+        *held("a", 1.0, 3.0, fence=1),
+        op("acquire", "b", 1.5, 2.0, "info"),
+        *held("c", 2.0, 4.0, fence=3),
+    ]
+
+    report = check(history)
+
+    assert types(report) == [ViolationType.OVERLAP]
+    assert report.violations[0].operations == (history[0], history[3])
+    assert "a#1 acquire ok" in report.violations[0].message
+    assert "c#1 acquire ok" in report.violations[0].message
+    assert "b#1" not in report.violations[0].message
+
+
+def test_shared_readers_overlap_each_other() -> None:
+    history = [
+        *held("r1", 1.0, 3.0, fence=1, mode="shared"),
+        *held("r2", 1.5, 3.5, fence=2, mode="shared"),
+        *held("r3", 2.0, 2.5, fence=3, mode="shared"),
+        *held("w", 4.0, 5.0, fence=4),
+    ]
+
+    assert check(history).ok
+
+
+def test_three_holders_of_a_limit_of_three() -> None:
+    limited = {"mode": "limited", "limit": 3}
+    history = [
+        record
+        for n in range(3)
+        for record in held(f"c{n}", 1.0 + n / 10, 3.0 + n / 10, fence=n + 1, **limited)
+    ]
+    history += held("c3", 3.0, 4.0, fence=4, **limited)  # as c0 starts releasing
+
+    report = check(history)
+
+    assert report.ok, report.violations
+    assert (report.holds, report.double_holder_windows) == (4, 0)
+
+
+def test_a_fourth_holder_of_a_limit_of_three() -> None:
+    history = [
+        record
+        for n in range(4)
+        for record in held(f"c{n}", 1.0 + n, 10.0 + n / 2, fence=n + 1, mode="limited", limit=3)
+    ]
+
+    report = check(history)
+
+    assert types(report) == [ViolationType.OVERLAP]
+    violation = report.violations[0]
+    assert [record.client for record in violation.operations] == ["c0", "c1", "c2", "c3"]
+    assert violation.message.startswith("4 holds of limit 3 of 'lock' overlap for 6.000 s")
+    assert report.double_holder_windows == 1
+    assert report.longest_double_holder_window == pytest.approx(6.0)
+
+
+def test_a_writer_overlapping_a_reader() -> None:
+    history = [*held("r", 1.0, 3.0, fence=1, mode="shared"), *held("w", 2.0, 4.0, fence=2)]
+
+    report = check(history)
+
+    assert types(report) == [ViolationType.OVERLAP]
+    assert report.violations[0].operations == (history[0], history[2])
+
+
+def test_two_exclusive_holds_overlapping_with_valid_leases() -> None:
+    history = [*held("a", 1.0, 3.0, fence=1, lease=10.0), *held("b", 2.0, 5.0, fence=2)]
+
+    report = check(history)
+
+    assert types(report) == [ViolationType.OVERLAP]
+    assert (
+        "two conflicting holds of 'lock' overlap for 1.000 s from 2.000"
+        in report.violations[0].message
+    )
+    assert (report.double_holder_windows, report.longest_double_holder_window) == (1, 1.0)
+
+
+def test_a_renewed_hold_is_valid_until_it_ends() -> None:
+    # A lease of 1 s, but renewals (not recorded) keep it: b's acquire at 5 s is a bug.
+    history = [*held("a", 1.0, 6.0, fence=1, lease=1.0), *held("b", 5.0, 7.0, fence=2)]
+
+    assert types(check(history)) == [ViolationType.OVERLAP]
+
+
+def test_an_overlap_after_a_pause_of_the_earlier_holder() -> None:
+    history = [
+        *held("a", 1.0, None, fence=1, lease=1.0),
+        *held("b", 4.0, 5.0, fence=2),
+        op("release", "a", 6.0, outcome="fail", extra={"paused": [[2.0, 5.5]]}),
+    ]
+
+    report = check(history)
+
+    assert types(report) == [ViolationType.OVERLAP_AFTER_PAUSE]
+    assert report.violations[0].operations == (history[0], history[1])
+    assert report.longest_double_holder_window == pytest.approx(1.0)
+
+
+def test_a_pause_of_the_later_holder_or_before_the_hold_excuses_nothing() -> None:
+    history = [
+        op("read", "a", 0.1, value=0, hold=0, extra={"paused": [[0.2, 0.5]]}),
+        *held("a", 1.0, 3.0, fence=1),
+        *held("b", 2.0, 4.0, fence=2, extra={"paused": [[1.0, 1.9]]}),
+    ]
+
+    assert types(check(history)) == [ViolationType.OVERLAP]
+
+
+def test_an_overlap_after_an_unrenewed_lease_ran_out() -> None:
+    # The lease counts from the acquire's start (0.99 s): it ran out at 2.99 s.
+    unrenewed = {"lease": 2.0, "extra": {"renewed": False}}
+    expired = [*held("a", 1.0, 4.0, fence=1, **unrenewed), *held("b", 3.0, 5.0, fence=2)]
+    valid = [*held("a", 1.0, 4.0, fence=1, **unrenewed), *held("b", 2.98, 5.0, fence=2)]
+
+    assert types(check(expired)) == [ViolationType.OVERLAP_AFTER_EXPIRY]
+    assert types(check(valid)) == [ViolationType.OVERLAP]
+
+
+def test_lease_until_recorded_by_the_workload() -> None:
+    history = [
+        *held("a", 1.0, None, fence=1),
+        *held("b", 3.0, 5.0, fence=2),
+        op("lost", "a", 3.5, 4.0, extra={"lease_until": 2.5}),
+    ]
+
+    assert types(check(history)) == [ViolationType.OVERLAP_AFTER_EXPIRY]
+
+
+def test_stale_fence_accepted_in_real_time_order() -> None:
+    history = [
+        *held("a", 1.0, None, fence=1, extra={"paused": [[1.5, 4.0]]}),
+        *held("b", 2.0, 3.0, fence=2),
+        *increment("b", 2.1, 0, fence=2),
+        *increment("a", 4.0, 1, fence=1),
+        op("lost", "a", 4.1, 4.2),
+        final_read(5.0, 2),
+    ]
+
+    report = check(history)
+
+    assert types(report) == [ViolationType.OVERLAP_AFTER_PAUSE, ViolationType.STALE_FENCE_ACCEPTED]
+    stale = report.of_type(ViolationType.STALE_FENCE_ACCEPTED)[0]
+    assert stale.operations == (history[4], history[6])
+    assert (
+        "b#1 write ok [2.120, 2.130] fence 2 value 1; a#1 write ok [4.020, 4.030] fence 1"
+        in stale.message
+    )
+
+
+def test_a_refused_stale_write_is_fine() -> None:
+    history = [
+        *held("a", 1.0, None, fence=1, extra={"paused": [[1.5, 4.0]]}),
+        *held("b", 2.0, 3.0, fence=2),
+        *increment("b", 2.1, 0, fence=2),
+        op("read", "a", 4.0, value=1),
+        op("write", "a", 4.1, outcome="fail", value=2, fence=1, fenced=True, detail="StaleFence"),
+        op("lost", "a", 4.2),
+        final_read(5.0, 1),
+    ]
+
+    assert types(check(history)) == [ViolationType.OVERLAP_AFTER_PAUSE]
+
+
+def test_stale_fence_accepted_in_the_databases_order() -> None:
+    # The writes overlap in time: only the row's version says which came first.
+    writes = [
+        op("write", "b", 2.0, 3.0, value=1, fence=2, fenced=True, hold=1, extra={"seq": 1}),
+        op("write", "a", 2.5, 3.5, value=1, fence=1, fenced=True, hold=1, extra={"seq": 2}),
+    ]
+    without_seq = [
+        op("write", "b", 2.0, 3.0, value=1, fence=2, fenced=True),
+        op("write", "a", 2.5, 3.5, value=1, fence=1, fenced=True),
+    ]
+
+    stale = check(writes).of_type(ViolationType.STALE_FENCE_ACCEPTED)
+    assert [violation.operations for violation in stale] == [tuple(writes)]
+    assert check(without_seq).of_type(ViolationType.STALE_FENCE_ACCEPTED) == []
+
+
+def test_one_hold_writes_many_times_with_its_fence() -> None:
+    history = [
+        *held("a", 1.0, 2.0, fence=4),
+        *increment("a", 1.1, 0, fence=4),
+        *increment("a", 1.5, 1, fence=4),
+        op("write", "b", 3.0, value=3, fence=4, fenced=True, hold=2),  # another hold, same fence
+    ]
+
+    report = check(history)
+
+    stale = report.of_type(ViolationType.STALE_FENCE_ACCEPTED)
+    assert [violation.operations for violation in stale] == [(history[3], history[6])]
+
+
+def test_fences_not_increasing_with_real_time() -> None:
+    history = [
+        *held("a", 1.0, 2.0, fence=7),
+        *held("b", 3.0, 4.0, fence=7),
+        *held("c", 5.0, 6.0, fence=5),
+        *held("d", 7.0, 8.0, fence=8),
+    ]
+
+    report = check(history)
+
+    assert types(report) == [ViolationType.FENCES_NOT_INCREASING] * 2
+    assert [violation.operations for violation in report.violations] == [
+        (history[0], history[2]),
+        (history[0], history[4]),
+    ]
+    assert "a#1 acquire ok [0.990, 1.000] fence 7; c#1 acquire ok" in report.violations[1].message
+
+
+def test_concurrent_acquires_may_take_fences_in_either_order() -> None:
+    history = [
+        op("acquire", "a", 1.0, 2.0, fence=2),
+        op("acquire", "b", 1.5, 1.8, "fail", blocking_timeout=0),
+        op("release", "a", 3.0),
+        op("acquire", "c", 1.2, 4.0, fence=1, blocking_timeout=5.0),
+        op("release", "c", 5.0),
+    ]
+
+    assert check(history).ok
+
+
+def test_lost_updates_are_counted_in_unfenced_runs() -> None:
+    history = [
+        *held("a", 1.0, None),
+        *increment("a", 1.1, 0, fence=None),
+        *held("b", 3.0, 4.0),
+        op("read", "b", 3.1, value=0),
+        *increment("a", 3.2, 1, fence=None),  # a, paused, increments 0 -> 1 -> 2
+        op("write", "b", 3.5, value=1),  # b writes 0 + 1
+        op("release", "a", 5.0),
+        final_read(6.0, 1),
+    ]
+
+    report = check(history)
+
+    assert report.lost_updates == 2
+    assert ViolationType.LOST_UPDATE not in types(report)
+    assert types(report) == [ViolationType.OVERLAP]
+
+
+def test_a_lost_update_in_a_fenced_run() -> None:
+    history = [
+        *held("a", 1.0, 2.0, fence=1),
+        *held("b", 1.5, 2.5, fence=2),
+        op("read", "a", 1.6, value=0),
+        op("read", "b", 1.7, value=0),
+        op("write", "a", 1.8, value=1, fence=1, fenced=True),
+        op("write", "b", 1.9, value=1, fence=2, fenced=True),
+        final_read(3.0, 1),
+    ]
+
+    report = check(history)
+
+    lost = report.of_type(ViolationType.LOST_UPDATE)
+    assert [violation.operations for violation in lost] == [(history[6], history[7], history[8])]
+    assert lost[0].message.startswith("register 'lock' lost 1 of 2 accepted increments: a#1 write")
+    assert report.lost_updates == 0
+
+
+def test_the_max_written_value_stands_in_for_a_final_read() -> None:
+    history = [
+        *held("a", 1.0, 2.0),
+        *increment("a", 1.1, 0, fence=None, extra={"register": "row"}),
+        *held("b", 3.0, 4.0),
+        *increment("b", 3.1, 0, fence=None, extra={"register": "row"}),
+    ]
+
+    assert check(history).lost_updates == 1
+
+
+def test_a_long_wait() -> None:
+    history = [
+        op("acquire", "a", 0.0, 2.5, "fail", blocking_timeout=1.0, detail="timeout"),
+        op("acquire", "b", 0.0, 1.9, "fail", blocking_timeout=1.0, detail="timeout"),
+        op("acquire", "c", 0.0, 60.0, "fail", blocking_timeout=None),
+        op("acquire", "d", 0.0, 3.0, "info", blocking_timeout=0.0),
+        op("acquire", "e", 0.0, 3.0, "fail", blocking_timeout=1.0, extra={"paused": [[0.5, 1.5]]}),
+        op("release", "e", 4.0, extra={"paused": [[0.5, 1.5]]}),  # the same pause, counted once
+    ]
+
+    report = check(history, wait_bound=1.0)
+
+    assert types(report) == [ViolationType.LONG_WAIT]
+    assert report.violations[0].operations == (history[0],)
+    assert "took 2.500 s, over 2.000 s" in report.violations[0].message
+    assert types(check(history, wait_bound=2.0)) == []
+
+
+def test_a_hold_never_ended() -> None:
+    history = [*held("a", 1.0, None, fence=1), *held("b", 5.0, 6.0, fence=2, hold=1)]
+
+    report = check(history)
+
+    assert types(report) == [ViolationType.OVERLAP, ViolationType.NEVER_ENDED]
+    never = report.of_type(ViolationType.NEVER_ENDED)[0]
+    assert never.operations == (history[0],)
+    assert "a#1 acquire ok" in never.message
+
+
+def test_a_killed_client_ends_its_holds() -> None:
+    history = [
+        *held("a", 1.0, None, fence=1, hold=3),
+        op("lost", "a", 2.0, hold=0, detail="killed"),  # the killer does not know the hold
+        *held("b", 3.0, 4.0, fence=2),
+    ]
+
+    report = check(history)
+
+    assert report.ok, report.violations
+    assert report.holds == 2
+
+
+def test_a_register_that_is_not_linearizable() -> None:
+    history = [
+        *held("a", 1.0, 2.0, fence=1),
+        op("write", "a", 1.1, value=1, fence=1, fenced=True),
+        op("read", "a", 1.2, value=0),
+        op("write", "a", 1.3, value=2, fence=1, fenced=True),
+    ]
+
+    report = check(history)
+
+    assert types(report) == [ViolationType.NOT_LINEARIZABLE]
+    assert report.violations[0].operations == (history[3],)
+    assert "register 'lock' is not linearizable" in report.violations[0].message
+    assert "the register holding 1: a#1 read ok" in report.violations[0].message
+
+
+def test_a_register_too_long_to_check_is_listed() -> None:
+    writes = [
+        op("write", f"c{n}", 1.0 + n / 1000, 2.0, value=n, fence=1, fenced=True, hold=n)
+        for n in range(101)
+    ]
+
+    report = check(writes)
+
+    assert report.unchecked == [
+        "register 'lock': too long to check (101 operations from 1.000 in flight together)"
+    ]
+
+
+def register(*records: tuple[Kind, float, float, int, Outcome]) -> list[Operation]:
+    """Register operations of one client each: ``(kind, start, end, value, outcome)``."""
+    return [
+        op(kind, f"c{index}", start, end, outcome, value=value)
+        for index, (kind, start, end, value, outcome) in enumerate(records)
+    ]
+
+
+@pytest.mark.parametrize(
+    "history",
+    [
+        pytest.param([], id="empty"),
+        pytest.param(register(("write", 0, 1, 1, "ok"), ("read", 2, 3, 1, "ok")), id="sequential"),
+        pytest.param(
+            register(("read", 0, 1, 0, "ok"), ("write", 2, 3, 5, "ok")), id="initial value"
+        ),
+        pytest.param(
+            register(("write", 0, 4, 1, "ok"), ("read", 1, 2, 0, "ok"), ("read", 2.5, 3, 1, "ok")),
+            id="concurrent write seen only by the second read",
+        ),
+        pytest.param(
+            register(("write", 0, 1, 1, "ok"), ("write", 0.5, 3, 2, "ok"), ("read", 2, 4, 1, "ok")),
+            id="reads the write that overlaps the later one",
+        ),
+        pytest.param(
+            register(("write", 0, 1, 1, "info"), ("read", 5, 6, 1, "ok")),
+            id="info write taking effect",
+        ),
+        pytest.param(
+            register(("write", 0, 1, 1, "info"), ("read", 5, 6, 0, "ok")),
+            id="info write never taking effect",
+        ),
+        pytest.param(
+            register(
+                ("write", 0, 1, 1, "ok"),
+                ("write", 2, 3, 7, "info"),
+                ("read", 4, 5, 1, "ok"),
+                ("write", 6, 7, 2, "ok"),
+                ("read", 8, 9, 7, "ok"),
+            ),
+            id="info write taking effect segments later",
+        ),
+        pytest.param(
+            register(
+                ("write", 0, 1, 3, "fail"), ("read", 2, 3, 0, "ok"), ("read", 4, 5, 9, "info")
+            ),
+            id="fail writes and info reads ignored",
+        ),
+    ],
+)
+def test_linearizable_registers(history: list[Operation]) -> None:
+    assert check_register(history).verdict is Verdict.LINEARIZABLE
+
+
+@pytest.mark.parametrize(
+    ("history", "stuck"),
+    [
+        pytest.param(
+            register(("write", 0, 1, 1, "ok"), ("read", 2, 3, 0, "ok")), [1], id="stale read"
+        ),
+        pytest.param(register(("read", 0, 1, 4, "ok")), [0], id="value never written"),
+        pytest.param(
+            register(("write", 0, 4, 1, "ok"), ("read", 1, 2, 1, "ok"), ("read", 2.5, 3, 0, "ok")),
+            [2],
+            id="a concurrent write seen, then unseen",
+        ),
+        pytest.param(
+            register(
+                ("write", 0, 1, 1, "ok"),
+                ("write", 2, 3, 2, "ok"),
+                ("read", 2.5, 4, 1, "ok"),
+                ("read", 5, 6, 2, "ok"),
+                ("read", 5.5, 7, 1, "ok"),
+            ),
+            [4],
+            id="value goes back",
+        ),
+        pytest.param(
+            register(("write", 0, 1, 1, "fail"), ("read", 2, 3, 1, "ok")),
+            [1],
+            id="a refused write seen",
+        ),
+        pytest.param(
+            register(
+                ("write", 0, 1, 1, "info"),
+                ("read", 2, 3, 1, "ok"),
+                ("write", 4, 5, 2, "ok"),
+                ("read", 6, 7, 1, "ok"),
+            ),
+            [3],
+            id="info write taking effect twice",
+        ),
+        pytest.param(
+            register(("read", 0, 1, 1, "ok"), ("write", 2, 3, 1, "info")),
+            [0],
+            id="info write seen before it started",
+        ),
+    ],
+)
+def test_registers_that_are_not_linearizable(history: list[Operation], stuck: list[int]) -> None:
+    found = check_register(history)
+
+    assert found.verdict is Verdict.NOT_LINEARIZABLE
+    assert found.operations == tuple(history[index] for index in stuck)
+
+
+def test_a_segment_too_long_to_check() -> None:
+    history = register(*[("write", 0, 1, n, "ok") for n in range(5)], ("read", 2, 3, 9, "ok"))
+
+    assert check_register(history, max_operations=4).verdict is Verdict.TOO_LONG
+    assert check_register(history, max_operations=5).verdict is Verdict.NOT_LINEARIZABLE
+
+
+def test_a_search_past_its_states_gives_up() -> None:
+    history = register(*[("write", 0, 1, n, "ok") for n in range(12)], ("read", 2, 3, 99, "ok"))
+
+    assert check_register(history, max_states=1000).verdict is Verdict.TOO_LONG
+
+
+def test_info_writes_nobody_read_are_left_out() -> None:
+    unseen = [("write", 0.5, 1, 9, "info")] * 5
+    history = register(("write", 0, 1, 1, "ok"), *unseen, ("read", 2, 3, 1, "ok"))
+
+    assert check_register(history, max_operations=2).verdict is Verdict.LINEARIZABLE
