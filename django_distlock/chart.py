@@ -1,8 +1,9 @@
 """Chart data for the lock-events admin: events per time bucket by kind, rendered as an
-inline SVG on the server (no JavaScript, no CDN), and wait/hold time percentiles.
+inline SVG on the server by a template (no JavaScript, no CDN), and wait/hold time
+percentiles.
 
-Everything here is a pure function over plain values (datetimes, strings, numbers), so it
-can be tested without a request or a database. The admin computes the inputs in the
+Everything here is a function over plain values (datetimes, strings, numbers), so it can
+be tested without a request or a database. The admin computes the inputs in the
 database (``Trunc`` + ``Count`` per bucket and kind) and hands them over.
 """
 
@@ -12,7 +13,9 @@ import datetime as dt
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from html import escape
+from typing import Any
+
+from django.template.loader import render_to_string
 
 __all__ = [
     "DEFAULT_COLOURS",
@@ -31,6 +34,7 @@ __all__ = [
     "percentile",
     "percentiles",
     "render_svg",
+    "svg_layout",
     "truncate",
 ]
 
@@ -258,8 +262,16 @@ def render_svg(
 ) -> str:
     """The chart as an inline, accessible SVG (``role="img"``, ``aria-label``, a
     ``<title>`` tooltip on every bar segment) with stacked bars, one colour per kind,
-    and a legend with each kind's total. All text is HTML-escaped; the result is safe to
+    and a legend with each kind's total: the template ``django_distlock/chart.svg`` drawn
+    with :func:`svg_layout`. All text is escaped by the template; the result is safe to
     insert into a page as is."""
+    layout = svg_layout(chart, width, height, title)
+    return render_to_string("django_distlock/chart.svg", layout).strip()
+
+
+def svg_layout(chart: ChartData, width: int, height: int, title: str) -> dict[str, Any]:
+    """Where everything of :func:`render_svg`'s chart goes, in SVG user units (numbers as
+    short strings), for its template."""
     heading = title.format(granularity=chart.granularity)
     if chart.buckets:
         first = chart.label(chart.buckets[0].start)
@@ -272,80 +284,86 @@ def render_svg(
     left, right, top, bottom = 44, 8, 10, line + 6
     # The legend wraps onto as many rows as it needs under the x axis labels (a
     # character is taken as 0.6 em wide, about DejaVu Sans's average).
-    legend: list[tuple[KindSeries, str, float, int]] = []
+    placed: list[tuple[KindSeries, str, float, int]] = []
     x, row = float(left), 0
     for series in chart.kinds:
         text = f"{series.label} ({series.total})"
         item_width = font + 4 + font * 0.6 * len(text) + 16
         if x > left and x + item_width > width - right:
             x, row = float(left), row + 1
-        legend.append((series, text, x, row))
+        placed.append((series, text, x, row))
         x += item_width
-    legend_height = line * (row + 1) + 4 if legend else 0
+    legend_height = line * (row + 1) + 4 if placed else 0
     plot_width = width - left - right
     plot_height = height - top - bottom - legend_height
     base = top + plot_height
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" class="distlock-chart" role="img" '
-        f'width="{width}" height="{height}" viewBox="0 0 {width} {height}" '
-        f'aria-label="{escape(summary)}">',
-        f"<title>{escape(summary)}</title>",
-        f'<line x1="{left}" y1="{base}" x2="{width - right}" y2="{base}" stroke="#999"/>',
-    ]
     peak = chart.max_total
-    if not chart.buckets or peak == 0:
-        parts.append(
-            f'<text x="{left + plot_width / 2}" y="{top + plot_height / 2}" '
-            f'text-anchor="middle" fill="#666" font-size="{font + 1}">No events</text>'
-        )
-    else:
+    gridlines, bars, ticks = [], [], []
+    if chart.buckets and peak:
         for value in (peak, peak // 2) if peak > 1 else (peak,):
             y = base - plot_height * value / peak
-            parts.append(
-                f'<line x1="{left}" y1="{_number(y)}" x2="{width - right}" y2="{_number(y)}" '
-                f'stroke="#ddd" stroke-dasharray="3,3"/>'
-                f'<text x="{left - 4}" y="{_number(y + font / 3)}" text-anchor="end" '
-                f'font-size="{font}" fill="#666">{value}</text>'
-            )
+            gridlines.append({"y": _number(y), "label_y": _number(y + font / 3), "value": value})
         step = plot_width / len(chart.buckets)
         gap = 1.0 if step > 3 else 0.0
         for index, bucket in enumerate(chart.buckets):
-            x = left + index * step
             y = float(base)
-            label = chart.label(bucket.start)
             for series in chart.kinds:
                 count = bucket.counts.get(series.kind, 0)
                 if not count:
                     continue
                 segment = plot_height * count / peak
                 y -= segment
-                parts.append(
-                    f'<rect class="bar" data-kind="{escape(series.kind)}" '
-                    f'x="{_number(x + gap / 2)}" y="{_number(y)}" '
-                    f'width="{_number(max(step - gap, 0.5))}" height="{_number(segment)}" '
-                    f'fill="{escape(series.colour)}">'
-                    f"<title>{escape(label)}: {count} {escape(series.label)}</title></rect>"
+                bars.append(
+                    {
+                        "series": series,
+                        "count": count,
+                        "label": chart.label(bucket.start),
+                        "x": _number(left + index * step + gap / 2),
+                        "y": _number(y),
+                        "width": _number(max(step - gap, 0.5)),
+                        "height": _number(segment),
+                    }
                 )
-        ticks = sorted({0, len(chart.buckets) // 2, len(chart.buckets) - 1})
-        for index in ticks:
-            x = left + (index + 0.5) * step
-            anchor = "start" if index == 0 and len(ticks) > 1 else "middle"
-            if index == len(chart.buckets) - 1 and len(ticks) > 1:
-                anchor = "end"
-            parts.append(
-                f'<text x="{_number(x)}" y="{base + font + 3}" text-anchor="{anchor}" '
-                f'font-size="{font}" fill="#666">{escape(chart.label(chart.buckets[index].start))}'
-                f"</text>"
+        indexes = sorted({0, len(chart.buckets) // 2, len(chart.buckets) - 1})
+        for index in indexes:
+            anchor = "middle"
+            if len(indexes) > 1 and index in (0, len(chart.buckets) - 1):
+                anchor = "start" if index == 0 else "end"
+            ticks.append(
+                {
+                    "x": _number(left + (index + 0.5) * step),
+                    "anchor": anchor,
+                    "label": chart.label(chart.buckets[index].start),
+                }
             )
-    for series, text, x, row in legend:
+    legend = []
+    for series, text, x, row in placed:
         legend_y = base + bottom + font + line * row
-        parts.append(
-            f'<g class="legend" data-kind="{escape(series.kind)}">'
-            f'<rect x="{_number(x)}" y="{legend_y - font + 2}" width="{font - 2}" '
-            f'height="{font - 2}" fill="{escape(series.colour)}"/>'
-            f'<text x="{_number(x + font + 4)}" y="{legend_y}" font-size="{font}">'
-            f"{escape(text)}</text>"
-            f"</g>"
+        legend.append(
+            {
+                "series": series,
+                "text": text,
+                "x": _number(x),
+                "y": legend_y - font + 2,
+                "text_x": _number(x + font + 4),
+                "text_y": legend_y,
+            }
         )
-    parts.append("</svg>")
-    return "".join(parts)
+    return {
+        "summary": summary,
+        "width": width,
+        "height": height,
+        "font": font,
+        "swatch": font - 2,
+        "left": left,
+        "right_edge": width - right,
+        "base": base,
+        "tick_y": base + font + 3,
+        "empty_x": left + plot_width / 2,
+        "empty_y": top + plot_height / 2,
+        "empty_font": font + 1,
+        "gridlines": gridlines,
+        "bars": bars,
+        "ticks": ticks,
+        "legend": legend,
+    }
