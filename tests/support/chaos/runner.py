@@ -267,6 +267,12 @@ def _merge(history: list[Operation], pool: _ClientPool, final: dict[str, int]) -
     holds: dict[tuple[str, int], list[Operation]] = {}
     for operation in history:
         holds.setdefault((operation.client, operation.hold), []).append(operation)
+    # A client's last hold, open when it was killed (a group's names are holds that
+    # began together).
+    last_began: dict[str, float] = {}
+    for (client, _hold), operations in holds.items():
+        began = min(operation.start for operation in operations)
+        last_began[client] = max(began, last_began.get(client, began))
     merged: list[Operation] = []
     for (client, _hold), operations in holds.items():
         begin = min(operation.start for operation in operations)
@@ -281,26 +287,8 @@ def _merge(history: list[Operation], pool: _ClientPool, final: dict[str, int]) -
             ]
         merged += operations
         killed_at = pool.killed.get(client)
-        ended = any(operation.kind in ("release", "lost") for operation in operations)
-        acquires = [
-            operation
-            for operation in operations
-            if operation.kind == "acquire" and operation.outcome != "fail"
-        ]
-        if killed_at is not None and acquires and not ended:
-            acquire = acquires[0]
-            merged.append(
-                dataclasses.replace(
-                    acquire,
-                    kind="lost",
-                    start=killed_at,
-                    end=killed_at,
-                    outcome="ok",
-                    blocking_timeout=None,
-                    detail="killed",
-                    extra={**acquire.extra, "killed": True},
-                )
-            )
+        if killed_at is not None and begin == last_began[client]:
+            merged += _killed(operations, killed_at)
     now = time.monotonic()
     for name, value in sorted(final.items()):
         merged.append(
@@ -318,6 +306,27 @@ def _merge(history: list[Operation], pool: _ClientPool, final: dict[str, int]) -
         )
     merged.sort(key=lambda operation: (operation.start, operation.end))
     return merged
+
+
+def _killed(operations: list[Operation], killed_at: float) -> list[Operation]:
+    """The ``lost`` records of a killed client's last hold, if it was open: one per lock
+    its acquire took or may have taken."""
+    if any(operation.kind in ("release", "lost") for operation in operations):
+        return []
+    return [
+        dataclasses.replace(
+            acquire,
+            kind="lost",
+            start=killed_at,
+            end=killed_at,
+            outcome="ok",
+            blocking_timeout=None,
+            detail="killed",
+            extra={**acquire.extra, "killed": True},
+        )
+        for acquire in operations
+        if acquire.kind == "acquire" and acquire.outcome != "fail"
+    ]
 
 
 def main(argv: list[str] | None = None) -> None:
