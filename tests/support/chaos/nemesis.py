@@ -1,0 +1,207 @@
+"""The nemesis of a chaos run: a seeded schedule of faults (:func:`schedule`), carried
+out one at a time by a thread (:class:`Nemesis`) and logged (:class:`Fault`).
+
+The schedule is a pure function of the seed, the fault kinds and the run's length:
+``random.Random(seed)`` picks when each fault starts, which kind, how long it lasts and
+a seed for choosing its target, so a failing run is replayed with the same seed. What
+each kind does to a topology is in :mod:`.sites`; the client faults are here:
+
+- ``client-pause``: SIGSTOP a client process, SIGCONT it after the duration (a GC pause;
+  durations go past the lease, so its lock may be taken meanwhile);
+- ``client-kill``: SIGKILL a client process (the runner starts a new one in its place).
+
+Every fault is healed when it ends, and :meth:`Nemesis.stop` heals whatever is still
+injected before it returns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import threading
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = [
+    "CLIENT_FAULTS",
+    "DURATIONS",
+    "Clients",
+    "Fault",
+    "Nemesis",
+    "Planned",
+    "Site",
+    "fault_kinds",
+    "schedule",
+]
+
+# Seconds each fault kind lasts, as (low, high); (0, 0) for an instant fault.
+DURATIONS: dict[str, tuple[float, float]] = {
+    "client-pause": (0.3, 2.5),
+    "client-kill": (0.0, 0.0),
+    "server-pause": (0.1, 0.6),
+    "server-restart": (0.2, 1.0),
+    "replica-pause": (0.3, 2.0),
+    "replica-kill": (0.3, 1.5),
+    "proxy-delay": (0.3, 1.5),
+    "proxy-stall": (0.2, 1.5),
+    "proxy-cut": (0.0, 0.0),
+    "proxy-lose-reply": (0.0, 0.0),
+    "client-kill-connections": (0.0, 0.0),
+    "maxmemory": (0.3, 1.5),
+    "failover": (0.0, 0.0),
+    "primary-crash": (0.0, 0.0),
+    "slot-migration": (0.5, 1.5),
+}
+CLIENT_FAULTS = ("client-pause", "client-kill")
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One fault of the schedule: ``at`` seconds after the run's start."""
+
+    at: float
+    kind: str
+    duration: float
+    seed: int
+
+
+@dataclass
+class Fault:
+    """A fault as it was carried out: monotonic ``start`` and ``end`` (``end`` is when it
+    was healed; equal for an instant fault), its ``target`` and what happened."""
+
+    kind: str
+    target: str
+    start: float
+    end: float
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """For JSON."""
+        return dataclasses.asdict(self)
+
+
+class Clients(Protocol):
+    """The runner's client processes, as the nemesis acts on them."""
+
+    def live(self) -> list[str]:
+        """Names of the clients now running."""
+        ...
+
+    def pause(self, name: str) -> None:
+        """SIGSTOP client ``name``."""
+        ...
+
+    def resume(self, name: str) -> None:
+        """SIGCONT client ``name``."""
+        ...
+
+    def kill(self, name: str) -> None:
+        """SIGKILL client ``name`` and start another in its place."""
+        ...
+
+
+class Site(Protocol):
+    """A running topology, as the nemesis acts on it (see :mod:`.sites`)."""
+
+    fault_kinds: Sequence[str]
+
+    def inject(self, kind: str, duration: float, rng: random.Random) -> tuple[str, str]:
+        """Inject a fault of ``kind`` for ``duration`` seconds and heal it; returns
+        ``(target, detail)``."""
+        ...
+
+    def heal(self) -> None:
+        """Undo whatever fault is still injected."""
+        ...
+
+
+def schedule(
+    seed: int, kinds: Sequence[str], seconds: float, *, mean_gap: float = 1.0
+) -> list[Planned]:
+    """The faults of a run of ``seconds``: one at a time, ``kinds`` chosen uniformly,
+    gaps exponential with mean ``mean_gap``; none starts in the last second, so that
+    every fault ends (and is healed) around the run's end."""
+    rng = random.Random(seed)
+    planned: list[Planned] = []
+    at = rng.uniform(0.2, 0.2 + mean_gap)
+    while at < seconds - 1.0:
+        kind = rng.choice(list(kinds))
+        duration = round(rng.uniform(*DURATIONS[kind]), 3)
+        planned.append(Planned(round(at, 3), kind, duration, rng.getrandbits(32)))
+        at += duration + rng.expovariate(1 / mean_gap)
+    return planned
+
+
+class Nemesis:
+    """Carries out ``plan`` (from :func:`schedule`) on ``site`` and ``clients`` in a
+    thread, from :meth:`start` on; :attr:`faults` is the log. A fault whose injection
+    raises is logged with the error (kind ``...``, detail ``error: ...``) and the run goes
+    on: the topology is healed before the next one."""
+
+    def __init__(self, plan: Sequence[Planned], site: Site, clients: Clients) -> None:
+        self.plan = list(plan)
+        self.site = site
+        self.clients = clients
+        self.faults: list[Fault] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="nemesis", daemon=True)
+        self._began = 0.0
+        self._paused: str | None = None
+
+    def start(self) -> None:
+        """Start carrying out the plan, its times counted from now."""
+        self._began = time.monotonic()
+        self._thread.start()
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """Stop after the fault in progress and heal everything."""
+        self._stop.set()
+        self._thread.join(timeout)
+        self._heal()
+
+    def _run(self) -> None:
+        for planned in self.plan:
+            if self._stop.wait(max(0.0, self._began + planned.at - time.monotonic())):
+                return
+            start = time.monotonic()
+            try:
+                target, detail = self._inject(planned)
+            except Exception as error:
+                target, detail = "?", f"error: {error!r}"
+                self.errors.append(f"{planned}: {traceback.format_exc()}")
+                self._heal()
+            self.faults.append(Fault(planned.kind, target, start, time.monotonic(), detail))
+
+    def _inject(self, planned: Planned) -> tuple[str, str]:
+        rng = random.Random(planned.seed)
+        if planned.kind not in CLIENT_FAULTS:
+            return self.site.inject(planned.kind, planned.duration, rng)
+        live = sorted(self.clients.live())
+        if not live:
+            return "none", "no client running"
+        name = rng.choice(live)
+        if planned.kind == "client-kill":
+            self.clients.kill(name)
+            return name, ""
+        self._paused = name
+        self.clients.pause(name)
+        self._stop.wait(planned.duration)
+        self.clients.resume(name)
+        self._paused = None
+        return name, ""
+
+    def _heal(self) -> None:
+        if self._paused is not None:
+            self.clients.resume(self._paused)
+            self._paused = None
+        self.site.heal()
+
+
+def fault_kinds(site: Site) -> list[str]:
+    """Every fault kind the nemesis can inject on ``site``."""
+    return [*CLIENT_FAULTS, *site.fault_kinds]

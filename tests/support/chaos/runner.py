@@ -1,0 +1,364 @@
+"""One chaos run: start a topology (:mod:`.sites`), the register database and ``clients``
+client processes of one lock kind (:mod:`.workloads`) for ``seconds``, with the
+nemesis (:mod:`.nemesis`) injecting faults from the seeded schedule; stop everything;
+merge the clients' histories.
+
+    result = run(RunConfig(topology="single", kind="mutex", seed=7, seconds=10))
+    report = check(result.history, wait_bound=result.config.wait_bound)
+
+Merging marks what only the runner knows: the records of a hold during which the
+nemesis SIGSTOPped its client get ``extra["paused"] = True``; a client the nemesis
+SIGKILLed gets a ``lost`` record (detail ``"killed"``, ``extra["killed"] = True``) for the
+hold it had open; each register's value at the end is a ``read`` by client ``final``.
+
+``python -m tests.support.chaos.runner --topology T --kind K --seed S --seconds N
+[--unfenced]`` replays a run (:func:`replay_command` prints that line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.support import REPO_ROOT
+from tests.support.chaos.nemesis import Fault, Nemesis, fault_kinds, schedule
+from tests.support.chaos.registers import final_values
+from tests.support.chaos.sites import SITES, ChaosSite
+from tests.support.chaos.workloads import client_spec, register_names
+from tests.support.history import Operation, read_history
+
+__all__ = ["RunConfig", "RunResult", "replay_command", "run"]
+
+_START_SECONDS = 30.0  # a client process importing Django and connecting
+_FINISH_SECONDS = 30.0  # past the run's end, for a client's last hold
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """What a run does; the same config and seed give the same fault schedule."""
+
+    topology: str
+    kind: str
+    seed: int
+    seconds: float = 10.0
+    clients: int = 4
+    lease: float = 1.0
+    fenced: bool = True
+    mean_gap: float = 1.0
+    faults: tuple[str, ...] | None = None
+    """Fault kinds to draw from (default: every kind the topology has)."""
+
+    @property
+    def wait_bound(self) -> float:
+        """How long past a holder's lease end a waiter may reasonably wait (for the
+        checker's liveness counters): a lease, plus the longest blocking timeout."""
+        return self.lease + 2.0
+
+
+@dataclass
+class RunResult:
+    """A run's merged history, its fault log and what went wrong around it."""
+
+    config: RunConfig
+    history: list[Operation]
+    faults: list[Fault]
+    final: dict[str, int]
+    directory: Path
+    errors: list[str] = field(default_factory=list)
+
+    def replay(self) -> str:
+        """The command that replays this run."""
+        return replay_command(self.config)
+
+
+def replay_command(config: RunConfig) -> str:
+    """The shell command that replays ``config`` (same seed, same schedule)."""
+    command = [
+        "python",
+        "-m",
+        "tests.support.chaos.runner",
+        "--topology",
+        config.topology,
+        "--kind",
+        config.kind,
+        "--seed",
+        str(config.seed),
+        "--seconds",
+        str(config.seconds),
+        "--clients",
+        str(config.clients),
+    ]
+    if not config.fenced:
+        command.append("--unfenced")
+    if config.faults is not None:
+        command += ["--faults", ",".join(config.faults)]
+    return shlex.join(command)
+
+
+class _ClientPool:
+    """The client processes of a run (the nemesis' :class:`~.nemesis.Clients`): a
+    killed client is replaced by a new one (``c2`` -> ``c2.1``)."""
+
+    def __init__(self, config: RunConfig, site: ChaosSite, directory: Path) -> None:
+        self.config = config
+        self.site = site
+        self.directory = directory
+        self.until = float("inf")
+        self.processes: dict[str, subprocess.Popen[str]] = {}
+        self.killed: dict[str, float] = {}
+        self.paused: dict[str, list[tuple[float, float]]] = {}
+        self._stopped_at: dict[str, float] = {}
+        self._guard = threading.Lock()
+        self._serial = 0
+
+    def spawn(self, name: str) -> subprocess.Popen[str]:
+        """Start client ``name`` (it connects, then waits for :meth:`go`)."""
+        self._serial += 1
+        spec = client_spec(
+            target=self.site.target,
+            kind=self.config.kind,
+            database=self.directory / "registers.sqlite3",
+            history=self.directory / f"{name}.jsonl",
+            client=name,
+            seed=self.config.seed * 1000 + self._serial,
+            lease=self.config.lease,
+            fenced=self.config.fenced,
+            min_replicas=self.site.min_replicas,
+        )
+        with (self.directory / f"{name}.stderr").open("w") as stderr:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "tests.support.chaos.workloads", json.dumps(spec)],
+                cwd=REPO_ROOT,
+                env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+            )
+        with self._guard:
+            self.processes[name] = process
+        return process
+
+    def wait_ready(self, process: subprocess.Popen[str]) -> None:
+        """Wait until ``process`` says it is connected."""
+        assert process.stdout is not None
+        if process.stdout.readline().strip() != "ready":
+            raise RuntimeError(f"a chaos client failed to start: see {self.directory}/*.stderr")
+
+    def go(self, process: subprocess.Popen[str]) -> None:
+        """Tell a ready ``process`` when the run ends: it starts its loop."""
+        assert process.stdin is not None
+        process.stdin.write(f"{self.until!r}\n")
+        process.stdin.flush()
+
+    def live(self) -> list[str]:
+        with self._guard:
+            return [name for name, process in self.processes.items() if process.poll() is None]
+
+    def pause(self, name: str) -> None:
+        self._stopped_at[name] = time.monotonic()
+        self.processes[name].send_signal(signal.SIGSTOP)
+
+    def resume(self, name: str) -> None:
+        self.processes[name].send_signal(signal.SIGCONT)
+        began = self._stopped_at.pop(name, None)
+        if began is not None:
+            self.paused.setdefault(name, []).append((began, time.monotonic()))
+
+    def kill(self, name: str) -> None:
+        process = self.processes[name]
+        process.kill()
+        process.wait()
+        self.killed[name] = time.monotonic()
+        if time.monotonic() < self.until - 1.0:
+            base, _, generation = name.partition(".")
+            process = self.spawn(f"{base}.{int(generation or 0) + 1}")
+            self.wait_ready(process)
+            self.go(process)
+
+    def finish(self) -> list[str]:
+        """Wait for every client to end (killing those that overrun); their errors."""
+        errors = []
+        deadline = self.until + _FINISH_SECONDS
+        for name, process in list(self.processes.items()):
+            process.send_signal(signal.SIGCONT)
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+                errors.append(f"client {name} did not finish its last hold in time")
+            if process.returncode not in (0, -signal.SIGKILL):
+                stderr = (self.directory / f"{name}.stderr").read_text()[-3000:]
+                errors.append(f"client {name} exited {process.returncode}:\n{stderr}")
+        return errors
+
+    def close(self) -> None:
+        """Kill whatever still runs and close the pipes."""
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            for stream in (process.stdin, process.stdout):
+                if stream is not None:
+                    with contextlib.suppress(OSError):
+                        stream.close()
+
+
+def run(config: RunConfig, directory: Path | None = None) -> RunResult:
+    """Carry out one run (see the module docstring); every process it started is gone
+    when it returns or raises."""
+    directory = directory or Path(tempfile.mkdtemp(prefix="distlock-chaos-"))
+    names = register_names(config.kind)
+    site = SITES[config.topology](names)
+    kinds = list(config.faults) if config.faults is not None else fault_kinds(site)
+    plan = schedule(config.seed, kinds, config.seconds, mean_gap=config.mean_gap)
+    database = directory / "registers.sqlite3"
+    pool = _ClientPool(config, site, directory)
+    nemesis: Nemesis | None = None
+    errors: list[str] = []
+    site.start()
+    try:
+        subprocess.run(
+            [sys.executable, "-m", "tests.support.chaos.registers", str(database), *names],
+            cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+            check=True,
+            timeout=_START_SECONDS,
+        )
+        processes = [pool.spawn(f"c{index}") for index in range(config.clients)]
+        # The run's clock starts once every client is connected: starting them (a
+        # second or more each on a loaded machine) must not eat the run.
+        for process in processes:
+            pool.wait_ready(process)
+        pool.until = time.monotonic() + config.seconds
+        for process in processes:
+            pool.go(process)
+        nemesis = Nemesis(plan, site, pool)
+        nemesis.start()
+        time.sleep(max(0.0, pool.until - time.monotonic()))
+        nemesis.stop()
+        errors += pool.finish()
+        errors += nemesis.errors
+    finally:
+        if nemesis is not None:
+            nemesis.stop()
+        pool.close()
+        site.stop()
+    final = final_values(database)
+    history = _merge(read_history(sorted(directory.glob("*.jsonl"))), pool, final)
+    return RunResult(config, history, nemesis.faults, final, directory, errors)
+
+
+def _merge(history: list[Operation], pool: _ClientPool, final: dict[str, int]) -> list[Operation]:
+    """``history`` with what the runner knows added (see the module docstring)."""
+    holds: dict[tuple[str, int], list[Operation]] = {}
+    for operation in history:
+        holds.setdefault((operation.client, operation.hold), []).append(operation)
+    # A client's last hold, open when it was killed (a group's names are holds that
+    # began together).
+    last_began: dict[str, float] = {}
+    for (client, _hold), operations in holds.items():
+        began = min(operation.start for operation in operations)
+        last_began[client] = max(began, last_began.get(client, began))
+    merged: list[Operation] = []
+    for (client, _hold), operations in holds.items():
+        begin = min(operation.start for operation in operations)
+        end = max(operation.end for operation in operations)
+        paused = any(
+            stopped < end and resumed > begin for stopped, resumed in pool.paused.get(client, [])
+        )
+        if paused:
+            operations = [
+                dataclasses.replace(operation, extra={**operation.extra, "paused": True})
+                for operation in operations
+            ]
+        merged += operations
+        killed_at = pool.killed.get(client)
+        if killed_at is not None and begin == last_began[client]:
+            merged += _killed(operations, killed_at)
+    now = time.monotonic()
+    for name, value in sorted(final.items()):
+        merged.append(
+            Operation(
+                client="final",
+                hold=0,
+                kind="read",
+                lock=name,
+                start=now,
+                end=now,
+                outcome="ok",
+                value=value,
+                detail="the register after the run",
+            )
+        )
+    merged.sort(key=lambda operation: (operation.start, operation.end))
+    return merged
+
+
+def _killed(operations: list[Operation], killed_at: float) -> list[Operation]:
+    """The ``lost`` records of a killed client's last hold, if it was open: one per lock
+    its acquire took or may have taken."""
+    if any(operation.kind in ("release", "lost") for operation in operations):
+        return []
+    return [
+        dataclasses.replace(
+            acquire,
+            kind="lost",
+            start=killed_at,
+            end=killed_at,
+            outcome="ok",
+            blocking_timeout=None,
+            detail="killed",
+            extra={**acquire.extra, "killed": True},
+        )
+        for acquire in operations
+        if acquire.kind == "acquire" and acquire.outcome != "fail"
+    ]
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Replay one run and print its faults and a summary of its history."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--topology", choices=sorted(SITES), required=True)
+    parser.add_argument("--kind", required=True)
+    parser.add_argument("--seed", type=int, required=True)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--unfenced", action="store_true")
+    parser.add_argument("--faults", help="comma-separated fault kinds (default: all)")
+    options = parser.parse_args(argv)
+    config = RunConfig(
+        topology=options.topology,
+        kind=options.kind,
+        seed=options.seed,
+        seconds=options.seconds,
+        clients=options.clients,
+        fenced=not options.unfenced,
+        faults=tuple(options.faults.split(",")) if options.faults else None,
+    )
+    result = run(config)
+    for fault in result.faults:
+        print(json.dumps(fault.to_dict()))
+    counts: dict[str, int] = {}
+    for operation in result.history:
+        key = f"{operation.kind} {operation.outcome}"
+        counts[key] = counts.get(key, 0) + 1
+    print(json.dumps({"operations": counts, "final": result.final, "errors": result.errors}))
+    print(f"history: {result.directory}")
+
+
+if __name__ == "__main__":
+    main()
