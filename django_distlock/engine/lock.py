@@ -318,7 +318,9 @@ class Lock:
             hold = _reentered.get(owner, {}).get(key)
             if hold is None or hold.generation != generation:
                 continue
-            if hold.released or hold.is_lost():
+            if hold.released or hold.is_lost() or hold.release_failed:
+                # A hold whose release failed is not taken again: the acquire gives its
+                # token back and takes a new one (its release would only count down).
                 del _reentered[owner][key]
                 continue
             hold.depth += 1

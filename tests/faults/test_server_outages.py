@@ -252,3 +252,27 @@ async def test_after_a_restart_without_data_fences_still_increase(api, make_back
         await api.release(newcomer)
     finally:
         client.close()
+
+
+async def test_a_reentrant_lock_whose_release_failed_is_taken_afresh(
+    api, make_backend, private_redis
+):
+    # Found by the seeded chaos run (single, reentrant, seed 104): the next acquire
+    # re-entered the hold whose release had failed (same token and fence), and its release
+    # only counted down, so the lock was never given back.
+    backend = make_backend(private_redis, client_kwargs=FAST)
+    lock = Lock("nested", backend=backend, reentrant=True, timeout=30)
+    await api.acquire(lock)
+    first_fence = lock.fence
+    private_redis.pause()
+    try:
+        with pytest.raises(LockBackendUnavailable):
+            await api.release(lock)
+    finally:
+        private_redis.resume()
+    await api.acquire(lock)
+    assert lock.fence > first_fence  # a new hold, not the failed one re-entered
+    await api.release(lock)  # the one release of this hold gives the lock back
+    with private_redis.client() as probe:
+        assert probe.exists(lock_key("nested")) == 0
+    assert not lock.held

@@ -39,7 +39,9 @@ def configure(database: str | Path) -> None:
             "default": {
                 "ENGINE": "django.db.backends.sqlite3",
                 "NAME": str(database),
-                "OPTIONS": {"timeout": BUSY_SECONDS},
+                # IMMEDIATE: a transaction that reads then writes the register takes the
+                # write lock first, so two of them queue rather than fail on upgrade.
+                "OPTIONS": {"timeout": BUSY_SECONDS, "transaction_mode": "IMMEDIATE"},
             }
         },
         DEFAULT_AUTO_FIELD="django.db.models.BigAutoField",
@@ -79,23 +81,26 @@ class Registers:
         """Set the register to ``value``, unfenced."""
         self.model.objects.filter(number=name).update(amount=value)
 
-    def write_fenced(self, name: str, value: int, fence: int) -> int:
-        """Set the register to ``value`` with ``fence`` (``StaleFence`` if the row holds a
-        newer one); returns the row's version after the write."""
+    def increment_fenced(self, name: str, fence: int) -> tuple[int, int]:
+        """Read the register and write it + 1 with ``fence``, in one transaction, as
+        docs/fencing.md says a read-modify-write must (``StaleFence``, nothing written, if
+        the row holds a newer fence); returns the value read and the row's version after
+        the write."""
         from django.db import transaction
         from django.db.models import BigIntegerField, CharField, F
         from django.db.models.functions import Cast
 
         rows = self.model.objects.filter(number=name)
         with transaction.atomic():
+            value: int = rows.select_for_update().values_list("amount", flat=True).get()
             rows.fenced_update(
                 fence,
-                amount=value,
+                amount=value + 1,
                 status=Cast(Cast(F("status"), BigIntegerField()) + 1, CharField(max_length=20)),
             )
-            # The UPDATE holds the row (SQLite: the database) until commit: this is our
-            # write's version, not a later one.
-            return int(rows.values_list("status", flat=True).get())
+            # The transaction holds the row (SQLite: the database) until commit: this is
+            # our write's version, not a later one.
+            return value, int(rows.values_list("status", flat=True).get())
 
 
 def final_values(database: str | Path) -> dict[str, int]:

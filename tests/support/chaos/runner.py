@@ -7,7 +7,8 @@ merge the clients' histories.
     report = check(result.history, wait_bound=result.config.wait_bound)
 
 Merging marks what only the runner knows: the records of a hold during which the
-nemesis SIGSTOPped its client get ``extra["paused"] = True``; a client the nemesis
+nemesis SIGSTOPped its client get ``extra["paused"]``, those pauses as ``[start, end]``
+pairs; a client the nemesis
 SIGKILLed gets a ``lost`` record (detail ``"killed"``, ``extra["killed"] = True``) for the
 hold it had open; each register's value at the end is a ``read`` by client ``final``.
 
@@ -277,12 +278,14 @@ def _merge(history: list[Operation], pool: _ClientPool, final: dict[str, int]) -
     for (client, _hold), operations in holds.items():
         begin = min(operation.start for operation in operations)
         end = max(operation.end for operation in operations)
-        paused = any(
-            stopped < end and resumed > begin for stopped, resumed in pool.paused.get(client, [])
-        )
+        paused = [
+            [stopped, resumed]
+            for stopped, resumed in pool.paused.get(client, [])
+            if stopped < end and resumed > begin
+        ]
         if paused:
             operations = [
-                dataclasses.replace(operation, extra={**operation.extra, "paused": True})
+                dataclasses.replace(operation, extra={**operation.extra, "paused": paused})
                 for operation in operations
             ]
         merged += operations
