@@ -21,7 +21,6 @@ import argparse
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -31,22 +30,11 @@ for path in (str(HERE), str(ROOT)):
 
 from stats import fmt, percentile, table  # noqa: E402
 
-from tests.support.chaos.measures import double_holder_windows, takeover_times  # noqa: E402
+from tests.support.chaos.measures import takeover_times  # noqa: E402
 from tests.support.chaos.runner import RunConfig, RunResult, run  # noqa: E402
 from tests.support.chaos.sites import SITES  # noqa: E402
 from tests.support.chaos.workloads import KINDS  # noqa: E402
-
-try:
-    from tests.support.checker import check
-except ImportError:  # the checker is built on another branch
-    check = None
-
-
-def _violations(result: RunResult) -> dict[str, int]:
-    if check is None:
-        return {"(checker not installed)": 0}
-    report: Any = check(result.history, wait_bound=result.config.wait_bound)
-    return dict(Counter(violation.type for violation in report.violations))
+from tests.support.checker import Report, check  # noqa: E402
 
 
 def _counts(counter: dict[str, int]) -> str:
@@ -56,20 +44,27 @@ def _counts(counter: dict[str, int]) -> str:
 def report(result: RunResult) -> str:
     """The table of one run."""
     history = result.history
+    checked: Report = check(history, wait_bound=result.config.wait_bound)
     operations = Counter(f"{op.kind} {op.outcome}" for op in history if op.client != "final")
     faults = Counter(fault.kind for fault in result.faults)
-    windows = double_holder_windows(history)
+    violations = Counter(str(violation.type) for violation in checked.violations)
     takeovers = takeover_times(history)
     config = result.config
+    windows = checked.double_holder_windows
     rows = [
         ["operations", f"{sum(operations.values()):,}: {_counts(operations)}"],
         ["faults injected", f"{sum(faults.values())}: {_counts(faults)}"],
-        ["violations", _counts(_violations(result))],
+        ["violations", _counts(violations)],
         [
             "double-holder windows",
-            f"{len(windows)}, longest "
-            + (fmt(max(window.seconds for window in windows) * 1000) + " ms" if windows else "-"),
+            f"{windows}, longest "
+            + (fmt(checked.longest_double_holder_window * 1000) + " ms" if windows else "-"),
         ],
+        [
+            "lost updates (unfenced registers)",
+            f"{checked.lost_updates}" if not config.fenced else "- (fenced)",
+        ],
+        ["histories too long to check", ", ".join(checked.unchecked) or "none"],
         [
             "takeover after a holder's death",
             (
@@ -84,7 +79,10 @@ def report(result: RunResult) -> str:
     ]
     fenced = "fenced" if config.fenced else "unfenced"
     title = f"### {config.topology} / {config.kind} / {fenced} (seed {config.seed})"
-    return "\n".join([title, "", table(["", ""], rows), "", f"replay: `{result.replay()}`", ""])
+    shown = [f"- {violation.message}" for violation in checked.violations[:3]]
+    return "\n".join(
+        [title, "", table(["", ""], rows), "", *shown, f"replay: `{result.replay()}`", ""]
+    )
 
 
 def main() -> None:
