@@ -14,7 +14,7 @@ from redis.exceptions import AskError, ConnectionError, NoScriptError, ResponseE
 
 from .cancellation import cancellations, completed, keep_cancellation
 from .io import END_WAIT_REPLY_TIMEOUT
-from .ops import AwaitWait, Call, CallEndingWait, Op, Pause, StartWait, Wake
+from .ops import AwaitWakeUp, Call, CallEndingWait, Op, Pause, StartWait, Wake
 from .requests import (
     BACKEND_ERRORS,
     MAX_REDIRECTS,
@@ -45,18 +45,26 @@ _WAIT_READ_MARGIN = 5.0
 class AsyncDriver:
     """Runs steps with redis-py's asyncio connections for the running loop.
 
-    A ``finishing`` driver (a release) carries its steps through to the end even if the
+    An ``uncancellable`` driver (a release) carries its steps through to the end even if the
     calling task is cancelled meanwhile: they run in a task of their own that the caller
     awaits through cancellations (:func:`completed`); the cancellation stays counted on
     the caller (``Task.cancelling()``) for it to raise once the steps are done.
     """
 
-    __slots__ = ("_read", "_wait", "_wait_keys", "_woken_unseen", "backend", "finishing", "name")
+    __slots__ = (
+        "_read",
+        "_wait",
+        "_wait_keys",
+        "_woken_unseen",
+        "backend",
+        "name",
+        "uncancellable",
+    )
 
-    def __init__(self, backend: Backend, name: str | None, *, finishing: bool = False) -> None:
+    def __init__(self, backend: Backend, name: str | None, *, uncancellable: bool = False) -> None:
         self.backend = backend
         self.name = name
-        self.finishing = finishing
+        self.uncancellable = uncancellable
         self._wait: tuple[AsyncServer, Any] | None = None
         self._wait_keys: tuple[str, ...] = ()
         self._woken_unseen = False  # see SyncDriver
@@ -168,8 +176,8 @@ class AsyncDriver:
     async def run(self, steps: Generator[Op, Any, T]) -> T:
         """Carry out ``steps``. A cancellation is thrown into the steps; the clean-up
         steps they then ask for run to completion, and the task stays cancelled. A
-        finishing driver runs them to the end whatever happens to the caller."""
-        if self.finishing:
+        uncancellable driver runs them to the end whatever happens to the caller."""
+        if self.uncancellable:
             return (await completed(self._run(steps)))[0]
         return await self._run(steps)
 
@@ -215,7 +223,7 @@ class AsyncDriver:
         try:
             if isinstance(op, StartWait):
                 return await self._start_wait(op)
-            if isinstance(op, AwaitWait):
+            if isinstance(op, AwaitWakeUp):
                 return await self._await_wait(op)
             if isinstance(op, CallEndingWait):
                 return await self._call_ending_wait(op)
@@ -253,7 +261,7 @@ class AsyncDriver:
             connection.read_response(timeout=server_wait + _WAIT_READ_MARGIN)
         )
 
-    async def _await_wait(self, op: AwaitWait) -> Wake:
+    async def _await_wait(self, op: AwaitWakeUp) -> Wake:
         started = time.monotonic()
         deadline = started + op.timeout
         redirects = 0

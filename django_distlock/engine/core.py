@@ -32,7 +32,7 @@ from .exceptions import LockBackendError, LockBackendUnavailable, LockError
 from .hold import Hold
 from .keys import LockKeys, clean_label
 from .modes import EXCLUSIVE, LIMITED, SHARED
-from .ops import AwaitWait, Call, CallEndingWait, Op, Pause, Replicated, StartWait, Wake
+from .ops import AwaitWakeUp, Call, CallEndingWait, Op, Pause, Replicated, StartWait, Wake
 from .scripts import (
     ACQUIRE,
     EXTEND,
@@ -405,7 +405,7 @@ def acquire_steps(
             # was sent; +1 ms because Redis keeps a key until its PTTL is strictly past.
             timer = tuning.wait_cap if wait_ms < 0 else (wait_ms + 1) / 1000
             wake_at = sent_at + min(timer, tuning.wait_cap, max(remaining, 0.0))
-            woke = yield AwaitWait(max(0.0, wake_at - time.monotonic()))
+            woke = yield AwaitWakeUp(max(0.0, wake_at - time.monotonic()))
             timer_fired = woke is Wake.TIMER
             if woke is Wake.WOKEN:
                 waiting = False
@@ -584,7 +584,7 @@ def _acquire_group(
             waited_on = busy
             timer = tuning.wait_cap if wait_ms < 0 else (wait_ms + 1) / 1000
             wake_at = sent_at + min(timer, tuning.wait_cap, max(remaining, 0.0))
-            woke = yield AwaitWait(max(0.0, wake_at - time.monotonic()))
+            woke = yield AwaitWakeUp(max(0.0, wake_at - time.monotonic()))
             timer_fired = woke is Wake.TIMER
             if woke is not Wake.TIMER:
                 waited_on = None  # the wait is over (INTERRUPTED: try again at once)

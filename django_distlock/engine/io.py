@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from redis.exceptions import AskError, ConnectionError, NoScriptError, ResponseError, TryAgainError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .ops import AwaitWait, Call, CallEndingWait, Op, Pause, StartWait, Wake
+from .ops import AwaitWakeUp, Call, CallEndingWait, Op, Pause, StartWait, Wake
 from .requests import (
     BACKEND_ERRORS,
     MAX_REDIRECTS,
@@ -193,7 +193,7 @@ class SyncDriver:
         try:
             if isinstance(op, StartWait):
                 return self._start_wait(op)
-            if isinstance(op, AwaitWait):
+            if isinstance(op, AwaitWakeUp):
                 return self._await_wait(op)
             if isinstance(op, CallEndingWait):
                 return self._call_ending_wait(op)
@@ -225,7 +225,7 @@ class SyncDriver:
             self._drop_wait()
             raise
 
-    def _await_wait(self, op: AwaitWait) -> Wake:
+    def _await_wait(self, op: AwaitWakeUp) -> Wake:
         started = time.monotonic()
         deadline = started + op.timeout
         redirects = 0

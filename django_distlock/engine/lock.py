@@ -51,7 +51,7 @@ from .keys import (
 )
 from .modes import EXCLUSIVE, LIMITED, SHARED
 from .ops import Call
-from .ownership import current_task_or_thread, owner_label, run_on_loop_of, running_task
+from .ownership import current_task_or_thread, owner_name, run_on_loop_of, running_task
 from .templates import NameTemplate
 from .tuning import ms
 from .watchdog import loop_watchdog, thread_watchdog
@@ -452,7 +452,7 @@ class Lock:
             keys=self._keys_for(backend.prefix),
             auto_renew=self.auto_renew if self.auto_renew is not None else backend.auto_renew,
             context=self.context,
-            thread=owner_label(owner),
+            thread=owner_name(owner),
             started_mono=time.monotonic(),
             owner=weakref.ref(owner),
             report_lost=self._report_ref,
@@ -562,7 +562,7 @@ class Lock:
         cancels = 0 if task is None else task.cancelling()
         try:
             with self._releasing(hold):
-                driver = AsyncDriver(hold.backend, self.name, finishing=True)
+                driver = AsyncDriver(hold.backend, self.name, uncancellable=True)
                 released = await driver.run(self._release_steps(hold))
             self._released(hold, released)
         finally:

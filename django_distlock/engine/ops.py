@@ -11,7 +11,7 @@ from typing import Any
 from .scripts import Script
 
 __all__ = [
-    "AwaitWait",
+    "AwaitWakeUp",
     "Call",
     "CallEndingWait",
     "Op",
@@ -58,7 +58,7 @@ class StartWait:
 
 
 @dataclass(slots=True)
-class AwaitWait:
+class AwaitWakeUp:
     """Wait up to ``timeout`` seconds for the outstanding ``BLPOP`` to answer.
 
     The driver sends back a :class:`Wake`: ``WOKEN`` when it answered with a wake-up
@@ -92,7 +92,7 @@ class Pause:
 
 
 class Wake(enum.Enum):
-    """How an :class:`AwaitWait` ended."""
+    """How an :class:`AwaitWakeUp` ended."""
 
     WOKEN = "woken"
     """A release (or a free slot) woke the waiter: try now."""
@@ -104,4 +104,4 @@ class Wake(enum.Enum):
     the failover within the caller's deadline."""
 
 
-Op = Call | StartWait | AwaitWait | CallEndingWait | Pause
+Op = Call | StartWait | AwaitWakeUp | CallEndingWait | Pause

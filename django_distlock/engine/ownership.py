@@ -14,7 +14,7 @@ from typing import Any
 from .hold import Hold
 from .keys import clean_label
 
-__all__ = ["current_task_or_thread", "owner_label", "run_on_loop_of", "running_task"]
+__all__ = ["current_task_or_thread", "owner_name", "run_on_loop_of", "running_task"]
 
 logger = logging.getLogger("django_distlock")
 
@@ -65,6 +65,7 @@ async def _awaited(awaitable: Any) -> Any:
     return await awaitable
 
 
-def owner_label(owner: Any) -> str:
+def owner_name(owner: Any) -> str:
+    """The name of a thread or task, as a hold stores it (made storable)."""
     get_name = getattr(owner, "get_name", None)
     return clean_label(get_name() if get_name is not None else owner.name)

@@ -30,7 +30,7 @@ class Tuning:
     this long."""
     server_wait: float = 30.0
     """Server-side timeout of one outstanding ``BLPOP``. Waking up is timed by the
-    client (see ``AwaitWait``); this only cleans up after a vanished client."""
+    client (see ``AwaitWakeUp``); this only cleans up after a vanished client."""
     renewal_attempt: float = 1.0
     """Longest one renewal attempt may take (less when the lease ends sooner). A renewal
     that gets no answer in time is retried on a fresh connection while the lease lasts."""

@@ -17,7 +17,7 @@ from django_distlock.engine.core import (
     owner_metadata,
     release_steps,
 )
-from django_distlock.engine.ops import AwaitWait, Call, CallEndingWait, Pause, StartWait, Wake
+from django_distlock.engine.ops import AwaitWakeUp, Call, CallEndingWait, Pause, StartWait, Wake
 from django_distlock.engine.scripts import ACQUIRE, PASS_ON, RELEASE
 
 KEYS = LockKeys.for_name("p:", "job")
@@ -141,7 +141,7 @@ def test_a_waiter_waits_on_the_wake_up_list_bounded_by_the_holder_lease():
     # Its own list first (ending the wait pushes there), then the shared signal.
     assert wait == UNFAIR_WAIT
     timer = generator.send(None)
-    assert isinstance(timer, AwaitWait)
+    assert isinstance(timer, AwaitWakeUp)
     # The holder's PTTL + 1 ms, counted from when the failed attempt was sent.
     assert 0.015 < timer.timeout <= 0.021
     # Timer ran out (holder crashed): re-check at once, ending the BLPOP in the same
@@ -176,7 +176,7 @@ def test_a_wait_never_outlasts_the_deadline():
 def test_giving_up_after_a_consumed_wake_up_passes_it_on():
     generator, _ = steps(blocking=True, deadline=time.monotonic() + 0.02)
     generator.send([b"busy", 60_000, b""])  # StartWait
-    generator.send(None)  # AwaitWait
+    generator.send(None)  # AwaitWakeUp
     assert isinstance(generator.send(Wake.WOKEN), Call)  # woken: try again
     time.sleep(0.03)
     op = generator.send([b"busy", 60_000, b""])  # someone barged in, and the deadline passed
@@ -188,7 +188,7 @@ def test_giving_up_after_a_consumed_wake_up_passes_it_on():
 def test_acquiring_after_the_timer_ends_the_wait_in_the_same_step():
     generator, _ = steps(blocking=True)
     generator.send([b"busy", 60_000, b""])  # StartWait
-    generator.send(None)  # AwaitWait
+    generator.send(None)  # AwaitWakeUp
     op = generator.send(Wake.TIMER)  # timer ran out: the BLPOP is still outstanding
     assert isinstance(op, CallEndingWait)
     assert isinstance(finish(generator, (b"taken 7 7", False)), Acquired)
@@ -197,7 +197,7 @@ def test_acquiring_after_the_timer_ends_the_wait_in_the_same_step():
 def test_a_wake_up_consumed_as_the_timer_fired_retries_at_once():
     generator, _ = steps(blocking=True)
     generator.send([b"busy", 60_000, b""])  # StartWait
-    generator.send(None)  # AwaitWait
+    generator.send(None)  # AwaitWakeUp
     generator.send(Wake.TIMER)  # CallEndingWait
     op = generator.send(([b"busy", 60_000, b""], True))  # busy again, but a release woke us
     assert isinstance(op, Call)
@@ -219,7 +219,7 @@ def test_an_interrupted_acquire_gives_the_lock_back(interruption):
 def test_an_interruption_while_waiting_ends_the_wait_first():
     generator, _ = steps(blocking=True, fair=True)
     generator.send([b"busy", 60_000, b""])  # StartWait
-    generator.send(None)  # AwaitWait
+    generator.send(None)  # AwaitWakeUp
     op = generator.throw(KeyboardInterrupt())
     assert isinstance(op, CallEndingWait)
     assert op.call.script is PASS_ON
@@ -241,7 +241,7 @@ def test_giving_up_passes_on_a_wake_up_the_ended_wait_consumed():
     next waiter: hand it on."""
     generator, _ = steps(blocking=True, deadline=time.monotonic() + 0.02)
     generator.send([b"busy", 60_000, b""])  # StartWait
-    generator.send(None)  # AwaitWait
+    generator.send(None)  # AwaitWakeUp
     time.sleep(0.03)
     op = generator.send(Wake.TIMER)  # the timer ran out, so did the deadline: re-check
     assert isinstance(op, CallEndingWait)
@@ -250,7 +250,7 @@ def test_giving_up_passes_on_a_wake_up_the_ended_wait_consumed():
 
     generator, _ = steps(blocking=True, deadline=time.monotonic() + 0.02)
     generator.send([b"busy", 60_000, b""])  # StartWait
-    generator.send(None)  # AwaitWait
+    generator.send(None)  # AwaitWakeUp
     op = generator.throw(TimeoutError())
     assert isinstance(op, CallEndingWait)  # ends the wait while leaving
     op = generator.send((DONE, True))  # ... and that BLPOP had consumed a wake-up
@@ -286,7 +286,7 @@ def test_a_wait_ended_by_a_failover_is_ridden_out_within_the_deadline():
     settles, attempts that fail as unavailable are paced and retried with the same token."""
     generator, _ = steps(blocking=True, deadline=time.monotonic() + 5)
     generator.send([b"busy", 60_000, b""])  # StartWait
-    generator.send(None)  # AwaitWait
+    generator.send(None)  # AwaitWakeUp
     op = generator.send(Wake.INTERRUPTED)
     assert isinstance(op, Call)
     assert op.script is ACQUIRE
@@ -302,7 +302,7 @@ def test_a_wait_ended_by_a_failover_is_ridden_out_within_the_deadline():
 def test_a_failover_is_not_ridden_out_past_the_deadline():
     generator, _ = steps(blocking=True, deadline=time.monotonic() + 0.01)
     generator.send([b"busy", 60_000, b""])  # StartWait
-    generator.send(None)  # AwaitWait
+    generator.send(None)  # AwaitWakeUp
     generator.send(Wake.INTERRUPTED)
     time.sleep(0.02)
     op = generator.throw(LockBackendUnavailable("READONLY"))
