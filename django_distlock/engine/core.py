@@ -18,6 +18,7 @@ waiter's and the releaser's) in different files.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -303,54 +304,26 @@ def acquire_steps(
     """
     waiter = token[:16] if blocking else ""
     liveness_ms = tuning.waiter_liveness_ms
-    # The caller's own wake-up list (KEYS[7]) only matters to the calls that end its wait
-    # or take it off the queue (`own_keys`); plain attempts name the shared signal list
-    # there instead, so that their keys (and how they are packed) are the same each time.
-    if mode == EXCLUSIVE:
-        script, attempt_keys, member, extra = ACQUIRE, keys.all(), name, ()
-        own_keys = keys.all(waiter) if waiter else attempt_keys
-    else:
-        script, attempt_keys = HOLDER_ACQUIRE, keys.of_holders()
-        own_keys = keys.of_holders(waiter) if waiter else attempt_keys
-        member = holder_member(name, token)
-        extra = (kind_label(mode, limit), limit if mode == LIMITED else 0)
-    args = (
-        token,
-        ms(lease),
-        owner,
-        member,
-        tuning.fence_memory_ms,
-        waiter,
-        liveness_ms,
-        "1" if fair else "0",
-        "",
-        *extra,
+    args = AcquireArgs(
+        token=token,
+        lease_ms=ms(lease),
+        owner=owner,
+        member=name if mode == EXCLUSIVE else holder_member(name, token),
+        fence_memory_ms=tuning.fence_memory_ms,
+        waiter=waiter,
+        liveness_ms=liveness_ms,
+        fair=fair,
+        held_as=() if mode == EXCLUSIVE else (kind_label(mode, limit), limit * (mode == LIMITED)),
     )
-    queued_as = waiter if fair else ""
-    waiting = False  # a BLPOP is outstanding
-    consumed = False  # a wake-up reached us that we did not turn into the lock
-    enqueued = False
-    writer = False  # we wait among the writers of a lock held shared
-    may_hold = False  # the acquire script may have run without us seeing its reply
-    timer_fired = False
-    ride_out_until: float | None = None  # a failover interrupted our wait: ride it out
+    wait = _Waiting(keys, waiter, fair, mode)
     try:
         while True:
             sent_at = time.monotonic()
-            may_hold = True
+            wait.may_hold = True
             try:
-                if waiting and timer_fired:
-                    # The holder's lease (or the re-check interval) is over: try again, and
-                    # end the BLPOP in the same round trip.
-                    waiting = False
-                    ending_args = (*args[:8], "1", *args[9:])  # ARGV[9]: end the wait
-                    call = Call(script, own_keys, ending_args, replicas)
-                    reply, woken = yield CallEndingWait(call)
-                    consumed = consumed or woken
-                else:
-                    reply = yield Call(script, attempt_keys, args, replicas)
+                reply = yield from _attempt(wait, args, replicas)
             except LockBackendUnavailable:
-                if ride_out_until is None or time.monotonic() >= ride_out_until:
+                if wait.ride_out_until is None or time.monotonic() >= wait.ride_out_until:
                     raise
                 # The primary is changing: the same token again, once it settles (a request
                 # that did run answers "taken" to its own token).
@@ -360,63 +333,53 @@ def acquire_steps(
             if type(reply) is Replicated:
                 reply, acknowledged = reply.reply, reply.acknowledged
             taken = taken_reply(name, reply)
-            may_hold = False
+            wait.may_hold = False
             if taken is None and _tag(reply) == "kind":
                 raise LockError(_other_kind(name, mode, limit, reply[1]), name=name)
             if taken is not None:
+                wait.may_hold = True
                 if replicas is not None and acknowledged is not None and acknowledged < replicas[0]:
                     # Not on enough replicas: a failover now could forget it. Give it back.
-                    may_hold = True
                     yield from release_steps(keys, token, liveness_ms, mode)
-                    may_hold = consumed = enqueued = False
+                    wait.settle()
                     return NotReplicated(acknowledged, replicas[0], replicas[1])
-                acquired = Acquired(taken[0], taken[1], sent_at)
-                may_hold = True
                 # No wait is outstanding here (a re-check after the timer ends it in the
                 # same step), the acquire script took us off the queue, and a wake-up we
                 # consumed was used: nothing to clean up or hand on.
-                consumed = enqueued = writer = False
+                wait.settle(holding=True)
                 if isinstance(reply, list) and len(reply) > 3 and reply[3]:
                     # A shared hold or a free slot may let the next waiter in too.
                     yield from _wake(keys, reply[3], liveness_ms)
-                return acquired
+                return Acquired(taken[0], taken[1], sent_at)
             wait_ms = int(reply[1])
-            enqueued = enqueued or (blocking and fair)
-            if not writer and len(reply) > 3 and reply[3] in (b"1", "1"):
+            wait.enqueued = wait.enqueued or (blocking and fair)
+            if not wait.writer and len(reply) > 3 and reply[3] in (b"1", "1"):
                 # Waiting among the writers of a lock held shared: taking it (or leaving)
                 # takes us off that list.
-                writer = True
-                args = (*args[:9], "1")
+                wait.writer = True
+                args = dataclasses.replace(args, writer=True)
             if reply[2] and reply[2] not in (waiter, waiter.encode()):
                 yield from _wake(keys, reply[2], liveness_ms)
             remaining = math.inf if deadline is None else deadline - time.monotonic()
             if not blocking or remaining <= 0:
                 return NotAcquired(wait_ms / 1000 if wait_ms >= 0 else None)
-            if timer_fired and consumed:
+            if wait.timer_fired and wait.consumed:
                 # A release woke us as the timer fired: try again at once.
-                timer_fired = consumed = False
+                wait.timer_fired = wait.consumed = False
                 continue
-            if not waiting:
-                own = keys.wake(waiter)
-                yield StartWait((own,) if fair else (own, keys.signal))
-                waiting = True
-                consumed = False
             # The PTTL counts from when the script ran, so the timer counts from when it
             # was sent; +1 ms because Redis keeps a key until its PTTL is strictly past.
             timer = tuning.wait_cap if wait_ms < 0 else (wait_ms + 1) / 1000
             wake_at = sent_at + min(timer, tuning.wait_cap, max(remaining, 0.0))
-            woke = yield AwaitWakeUp(max(0.0, wake_at - time.monotonic()))
-            timer_fired = woke is Wake.TIMER
-            if woke is Wake.WOKEN:
-                waiting = False
-                consumed = True
-            elif woke is Wake.INTERRUPTED:
-                waiting = False
+            yield from _wait_for_wake_up(wait, wake_at)
+            if wait.interrupted:
+                wait.interrupted = False
                 ride_out_until = time.monotonic() + tuning.failover_ride_out
-                if deadline is not None:
-                    ride_out_until = min(ride_out_until, deadline)
+                wait.ride_out_until = (
+                    ride_out_until if deadline is None else min(ride_out_until, deadline)
+                )
     except BaseException:
-        if may_hold:
+        if wait.may_hold:
             # Only our own token is deleted, so this is safe even if the script never ran.
             try:
                 yield from release_steps(keys, token, liveness_ms, mode)
@@ -425,28 +388,150 @@ def acquire_steps(
                     on_unreleased()
         raise
     finally:
-        # Leaving without the lock (or on error): end the wait and hand on any wake-up
-        # we consumed, so the next waiter is not left sleeping until its own timer.
-        writer_id = waiter if writer else ""
-        try:
-            if waiting:
-                waiting = False
-                handed_on = "1" if consumed else "0"
-                reply, woken = yield CallEndingWait(
-                    Call(PASS_ON, own_keys, (queued_as, liveness_ms, handed_on, "1", writer_id))
-                )
-                yield from _wake(keys, reply[1], liveness_ms)
-                if woken:
-                    reply = yield Call(PASS_ON, own_keys, ("", liveness_ms, "1", "", ""))
-                    yield from _wake(keys, reply[1], liveness_ms)
-            elif consumed or enqueued or writer:
-                handed_on = "1" if consumed else "0"
-                reply = yield Call(
-                    PASS_ON, own_keys, (queued_as, liveness_ms, handed_on, "", writer_id)
-                )
-                yield from _wake(keys, reply[1], liveness_ms)
-        except LockError:
-            pass
+        with contextlib.suppress(LockError):
+            yield from _leave(wait, liveness_ms)
+
+
+@dataclass(frozen=True, slots=True)
+class AcquireArgs:
+    """The ``ARGV`` of :data:`~.scripts.ACQUIRE` and :data:`~.scripts.HOLDER_ACQUIRE`, by
+    name (the scripts' headers say what each means)."""
+
+    token: str
+    lease_ms: int
+    owner: str
+    member: str
+    """The listing index's member: the name, or ``name NUL token`` for a holder."""
+    fence_memory_ms: int
+    waiter: str
+    """The waiter's id, ``""`` when the caller will not wait."""
+    liveness_ms: int
+    fair: bool
+    end_wait: bool = False
+    """End the caller's outstanding ``BLPOP`` in the same script."""
+    writer: bool = False
+    """The caller waits among the writers of a lock held shared (exclusive only)."""
+    held_as: tuple[str, int] | tuple[()] = ()
+    """Shared and limited holds: how the scripts store the mode (``"shared"``,
+    ``"limited N"``) and the limit (0 for shared)."""
+
+    def argv(self) -> tuple[str | int, ...]:
+        head = (
+            self.token,
+            self.lease_ms,
+            self.owner,
+            self.member,
+            self.fence_memory_ms,
+            self.waiter,
+            self.liveness_ms,
+            "1" if self.fair else "0",
+            "1" if self.end_wait else "",
+        )
+        if self.held_as:
+            return (*head, *self.held_as)
+        return (*head, "1") if self.writer else head
+
+
+@dataclass(slots=True)
+class _Waiting:
+    """Where one acquire stands with the server's waiting structures: what it must undo
+    or hand on if it leaves without the lock (:func:`_leave`)."""
+
+    keys: LockKeys
+    waiter: str
+    fair: bool
+    mode: str
+    waiting: bool = False
+    """A ``BLPOP`` on our wake-up list is outstanding."""
+    consumed: bool = False
+    """A wake-up reached us that we did not turn into the lock."""
+    enqueued: bool = False
+    """We are on the fair queue."""
+    writer: bool = False
+    """We wait among the writers of a lock held shared."""
+    may_hold: bool = False
+    """The acquire script may have run without us seeing its reply."""
+    timer_fired: bool = False
+    """The last wait ended by our own timer (the ``BLPOP`` stays outstanding)."""
+    interrupted: bool = False
+    """The last wait was ended by the server (``UNBLOCKED``: a failover)."""
+    ride_out_until: float | None = None
+    """A failover interrupted our wait: retries ride it out until then."""
+
+    def settle(self, *, holding: bool = False) -> None:
+        """Nothing left to clean up (the lock was taken, or given back)."""
+        self.may_hold = holding
+        self.consumed = self.enqueued = self.writer = False
+
+    def own_keys(self) -> tuple[str, ...]:
+        """The keys of the calls that end our wait or take us off the queue: with our own
+        wake-up list as ``KEYS[7]``. Plain attempts name the shared signal list there
+        instead, so that their keys (and how they are packed) are the same each time."""
+        keys = self.keys
+        if self.mode == EXCLUSIVE:
+            return keys.all(self.waiter) if self.waiter else keys.all()
+        return keys.of_holders(self.waiter) if self.waiter else keys.of_holders()
+
+    def attempt_keys(self) -> tuple[str, ...]:
+        return self.keys.all() if self.mode == EXCLUSIVE else self.keys.of_holders()
+
+
+def _attempt(
+    wait: _Waiting, args: AcquireArgs, replicas: tuple[int, int] | None
+) -> Generator[Op, Any, Any]:
+    """One acquire attempt; after our timer fired, it also ends the outstanding
+    ``BLPOP``, in the same round trip."""
+    script = ACQUIRE if wait.mode == EXCLUSIVE else HOLDER_ACQUIRE
+    if wait.waiting and wait.timer_fired:
+        wait.waiting = False
+        ending = dataclasses.replace(args, end_wait=True).argv()
+        reply, woken = yield CallEndingWait(Call(script, wait.own_keys(), ending, replicas))
+        wait.consumed = wait.consumed or woken
+        return reply
+    return (yield Call(script, wait.attempt_keys(), args.argv(), replicas))
+
+
+def _wait_for_wake_up(wait: _Waiting, wake_at: float) -> Generator[Op, Any, None]:
+    """Block (a ``BLPOP`` on our wake-up list, opened once) until a release wakes us or
+    monotonic ``wake_at``."""
+    if not wait.waiting:
+        own = wait.keys.wake(wait.waiter)
+        yield StartWait((own,) if wait.fair else (own, wait.keys.signal))
+        wait.waiting = True
+        wait.consumed = False
+    woke = yield AwaitWakeUp(max(0.0, wake_at - time.monotonic()))
+    wait.timer_fired = woke is Wake.TIMER
+    if woke is Wake.WOKEN:
+        wait.waiting = False
+        wait.consumed = True
+    elif woke is Wake.INTERRUPTED:
+        wait.waiting = False
+        wait.interrupted = True
+
+
+def _leave(wait: _Waiting, liveness_ms: int) -> Generator[Op, Any, None]:
+    """Leaving without the lock (or on error): end the wait, leave the fair queue and
+    the writers, and hand on any wake-up we consumed, so that the next waiter is not left
+    sleeping until its own timer."""
+    queued_as = wait.waiter if wait.fair else ""
+    writer_id = wait.waiter if wait.writer else ""
+    keys = wait.keys
+    if wait.waiting:
+        wait.waiting = False
+        handed_on = "1" if wait.consumed else "0"
+        reply, woken = yield CallEndingWait(
+            Call(PASS_ON, wait.own_keys(), (queued_as, liveness_ms, handed_on, "1", writer_id))
+        )
+        yield from _wake(keys, reply[1], liveness_ms)
+        if woken:
+            reply = yield Call(PASS_ON, wait.own_keys(), ("", liveness_ms, "1", "", ""))
+            yield from _wake(keys, reply[1], liveness_ms)
+    elif wait.consumed or wait.enqueued or wait.writer:
+        handed_on = "1" if wait.consumed else "0"
+        reply = yield Call(
+            PASS_ON, wait.own_keys(), (queued_as, liveness_ms, handed_on, "", writer_id)
+        )
+        yield from _wake(keys, reply[1], liveness_ms)
 
 
 def _other_kind(name: str, mode: str, limit: int, held_as: Any) -> str:
