@@ -60,8 +60,10 @@ HEADER = re.compile(r"^# (?P<path>[\w/]+\.py)\s*$")
 RUN_ELSEWHERE = {
     "python3 testproject/demo.py": "tests/test_demo.py starts the demo and requests its pages",
     "python3 tests/run.py": ".ci/run is this command",
-    "pip install django-distlock": "an install from PyPI; tests/run.py installs the same"
-    " package from the checkout (pip install -e .[test]) before running this suite",
+    "git clone https://github.com/django-distlock/": "fetches the checkout that tests/run.py"
+    " runs in",
+    "pip install -e ./django-distlock": "an install from a checkout; tests/run.py installs"
+    " the same way (pip install -e .[test]) before running this suite",
     ".venv/bin/pip install -e '.[bench]'": "the bench extra; bench/README.md",
     ".venv/bin/python bench/": "benchmarks are run by hand, their output is bench/results.md",
     "manage.py distlock run": "runs a program of yours; "
