@@ -26,6 +26,11 @@ Kinds and what their fields mean:
   the fence it wrote with (fenced runs); ``ok`` accepted, ``fail`` refused as stale
   (``StaleFence``), ``info`` unknown.
 
+A client that may die in the middle of a write records it first, as an ``info`` write
+with detail :data:`PENDING` and the value it is about to commit, then its outcome: the
+runner drops the pending record when the outcome is there, and keeps it (a write that may
+have taken effect) when the client was killed in between.
+
 ``client`` names the process (and task) that ran the operation; ``hold`` numbers the
 client's holds, so that an acquire, its register operations, its release or loss share
 one ``(client, hold)``.
@@ -42,10 +47,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-__all__ = ["Kind", "Operation", "Outcome", "Recorder", "read_history", "write_history"]
+__all__ = [
+    "PENDING",
+    "Kind",
+    "Operation",
+    "Outcome",
+    "Recorder",
+    "read_history",
+    "write_history",
+]
 
 Kind = Literal["acquire", "release", "lost", "read", "write"]
 Outcome = Literal["ok", "fail", "info"]
+
+PENDING = "pending"
+"""The ``detail`` of a write recorded before its commit (see the module docstring)."""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sqlite3
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 __all__ = ["Registers", "configure", "final_values", "prepare"]
@@ -81,11 +82,14 @@ class Registers:
         """Set the register to ``value``, unfenced."""
         self.model.objects.filter(number=name).update(amount=value)
 
-    def increment_fenced(self, name: str, fence: int) -> tuple[int, int]:
+    def increment_fenced(
+        self, name: str, fence: int, before_commit: Callable[[int], None]
+    ) -> tuple[int, int]:
         """Read the register and write it + 1 with ``fence``, in one transaction, as
         docs/fencing.md says a read-modify-write must (``StaleFence``, nothing written, if
         the row holds a newer fence); returns the value read and the row's version after
-        the write."""
+        the write. ``before_commit(value)`` is called with the value read once the write
+        is made, before it commits."""
         from django.db import transaction
         from django.db.models import BigIntegerField, CharField, F
         from django.db.models.functions import Cast
@@ -98,6 +102,7 @@ class Registers:
                 amount=value + 1,
                 status=Cast(Cast(F("status"), BigIntegerField()) + 1, CharField(max_length=20)),
             )
+            before_commit(value)
             # The transaction holds the row (SQLite: the database) until commit: this is
             # our write's version, not a later one.
             return value, int(rows.values_list("status", flat=True).get())

@@ -38,7 +38,7 @@ from tests.support.chaos.nemesis import Fault, Nemesis, fault_kinds, schedule
 from tests.support.chaos.registers import final_values
 from tests.support.chaos.sites import SITES, ChaosSite
 from tests.support.chaos.workloads import client_spec, register_names
-from tests.support.history import Operation, read_history
+from tests.support.history import PENDING, Operation, read_history, write_history
 
 __all__ = ["RunConfig", "RunResult", "replay_command", "run"]
 
@@ -260,11 +260,20 @@ def run(config: RunConfig, directory: Path | None = None) -> RunResult:
         site.stop()
     final = final_values(database)
     history = _merge(read_history(sorted(directory.glob("*.jsonl"))), pool, final)
+    write_history(directory / "merged.history", history)  # what the checker judged
     return RunResult(config, history, nemesis.faults, final, directory, errors)
 
 
 def _merge(history: list[Operation], pool: _ClientPool, final: dict[str, int]) -> list[Operation]:
     """``history`` with what the runner knows added (see the module docstring)."""
+    done = {(op.client, op.hold, op.kind, op.value) for op in history if op.detail != PENDING}
+    # A write recorded before its commit is superseded by its outcome; one left alone is
+    # a write its client was killed in: it may or may not have taken effect (info).
+    history = [
+        op
+        for op in history
+        if op.detail != PENDING or (op.client, op.hold, op.kind, op.value) not in done
+    ]
     holds: dict[tuple[str, int], list[Operation]] = {}
     for operation in history:
         holds.setdefault((operation.client, operation.hold), []).append(operation)

@@ -50,7 +50,7 @@ from django_distlock.engine import (
 )
 from django_distlock.fencing import StaleFence
 from tests.support.chaos.registers import Registers, configure
-from tests.support.history import Outcome, Recorder
+from tests.support.history import PENDING, Outcome, Recorder
 from tests.support.kind_workers import account_names, backend_for
 
 __all__ = ["GROUP_NAMES", "KINDS", "LIMIT", "LOCK_NAME", "client_spec", "register_names"]
@@ -141,6 +141,10 @@ class _Client:
                 return
             held.lost_recorded = True
             now = time.monotonic()
+            # Its lease ended at its local lease end (lock.lost is true from then on),
+            # however late this callback runs.
+            valid_until = lock.valid_until
+            lease_until = now if valid_until is None else now - (time.time() - valid_until)
             self.recorder.record(
                 "lost",
                 lock.name,
@@ -152,6 +156,7 @@ class _Client:
                 lease=self.lease,
                 fenced=self.fenced,
                 detail=lock.lost_reason or "on_lost",
+                extra={"lease_until": min(now, lease_until)},
             )
 
 
@@ -276,8 +281,14 @@ async def _fenced_increment(client: _Client, held: _Held, common: dict[str, Any]
     assert held.fence is not None
     await asyncio.sleep(client.rng.uniform(*HOLD_SECONDS))
     start = time.monotonic()
+
+    def pending(value: int) -> None:
+        client.record("write", held.name, start, "info", value=value + 1, detail=PENDING, **common)
+
     try:
-        value, seq = await _database(client.registers.increment_fenced, held.name, held.fence)
+        value, seq = await _database(
+            client.registers.increment_fenced, held.name, held.fence, pending
+        )
     except StaleFence as error:  # refused, nothing written
         outcome: Outcome = "fail"
         client.record("write", held.name, start, outcome, detail=repr(error), **common)
