@@ -24,7 +24,7 @@ from typing import Any, NoReturn, ParamSpec, TypeVar, overload
 
 from . import process
 from .aio import AsyncDriver
-from .backend import Backend, Event, logger
+from .backend import Backend, Event
 from .core import (
     HOSTNAME,
     Acquired,
@@ -49,9 +49,10 @@ from .keys import (
     validate_replicas,
     validate_seconds,
 )
+from .losses import hold_event, report_loss
 from .modes import EXCLUSIVE, LIMITED, SHARED
 from .ops import Call
-from .ownership import current_task_or_thread, owner_name, run_on_loop_of, running_task
+from .ownership import current_task_or_thread, owner_name, running_task
 from .templates import NameTemplate
 from .tuning import ms
 from .watchdog import loop_watchdog, thread_watchdog
@@ -853,12 +854,15 @@ class Lock:
     ) -> None:
         if backend.observer is None:
             return
+        if hold is not None:
+            backend.emit(hold_event(hold, kind, **extra))
+            return
         mode = self.mode
         backend.emit(
             Event(
                 kind=kind,
                 name=self.name,
-                fence=None if hold is None else hold.fence,
+                fence=None,
                 context=self.context,
                 host=HOSTNAME,
                 pid=os.getpid(),
@@ -893,26 +897,7 @@ class Lock:
             )
 
     def _report_lost(self, hold: Hold) -> None:
-        hold.lost = True
-        if hold.lost_reported:
-            return
-        hold.lost_reported = True
-        self._emit(
-            hold.backend,
-            "lost",
-            hold,
-            hold.thread,
-            held=hold.held_for,
-            reason=hold.lost_reason,
-            cause=hold.lost_cause.value,
-        )
-        if self.on_lost is not None:
-            try:
-                outcome = self.on_lost(self)
-                if inspect.isawaitable(outcome):
-                    run_on_loop_of(hold, outcome)
-            except Exception:  # noqa: BLE001 - a user callback must not break the watchdog
-                logger.exception("django-distlock: on_lost callback of %r failed", self.name)
+        report_loss(hold, self.on_lost, self)
 
 
 class _Releasing:

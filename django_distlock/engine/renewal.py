@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from .backend import Event
-from .core import HOSTNAME, extend_call, release_call
+from .core import extend_call, release_call
 from .exceptions import LockError
 from .hold import Hold, LostCause
+from .losses import hold_event, report_loss
 from .ops import Call
 from .scripts import WAKE
 
@@ -34,7 +34,6 @@ __all__ = [
     "expired_abandoned",
     "first_renewal",
     "give_back_retry",
-    "hold_event",
     "lease_end_reason",
     "mark_lost",
     "on_grid",
@@ -172,25 +171,6 @@ def mark_lost(hold: Hold, cause: LostCause | None = None, reason: str = "") -> b
     return True
 
 
-def hold_event(hold: Hold, kind: str, **details: Any) -> Event:
-    """An event about ``hold`` (for its backend's observer) where no lock object is at
-    hand: renewals, and the loss of a hold whose lock object is gone."""
-    return Event(
-        kind=kind,
-        name=hold.name,
-        fence=hold.fence,
-        context=hold.context,
-        host=HOSTNAME,
-        pid=os.getpid(),
-        thread=hold.thread,
-        template=hold.template,
-        at=time.time(),
-        mode=hold.mode,
-        limit=hold.limit if hold.mode == "limited" else None,
-        **details,
-    )
-
-
 def renewal_event(hold: Hold, reply: Any, due: float | None) -> Event | None:
     """The event a renewal attempt makes, given its ``reply`` and what
     :func:`after_renewal` concluded (``due``): ``renewed``, or ``renew_failed`` with cause
@@ -211,13 +191,8 @@ def tell_holder(hold: Hold) -> None:
     report = hold.report_lost()
     if report is not None:
         report(hold)
-    elif not hold.lost_reported:
-        hold.lost_reported = True
-        reason = hold.lost_reason
-        held = hold.held_for
-        hold.backend.emit(
-            hold_event(hold, "lost", held=held, reason=reason, cause=hold.lost_cause.value)
-        )
+    else:
+        report_loss(hold)
 
 
 def expired_abandoned(hold: Hold) -> None:

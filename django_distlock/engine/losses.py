@@ -1,0 +1,67 @@
+"""Telling a holder: the one place a lost hold is reported (its ``lost`` event, then its
+lock's ``on_lost``), and the one way an event about a hold is built."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .backend import Event
+from .core import HOSTNAME
+from .hold import Hold
+from .modes import LIMITED
+from .ownership import run_on_loop_of
+
+__all__ = ["hold_event", "report_loss"]
+
+logger = logging.getLogger("django_distlock")
+
+
+def hold_event(hold: Hold, kind: str, **details: Any) -> Event:
+    """An event about ``hold``, for its backend's observer."""
+    return Event(
+        kind=kind,
+        name=hold.name,
+        fence=hold.fence,
+        context=hold.context,
+        host=HOSTNAME,
+        pid=os.getpid(),
+        thread=hold.thread,
+        template=hold.template,
+        at=time.time(),
+        mode=hold.mode,
+        limit=hold.limit if hold.mode == LIMITED else None,
+        **details,
+    )
+
+
+def report_loss(hold: Hold, on_lost: Callable[[Any], Any] | None = None, lock: Any = None) -> None:
+    """Report, once, that ``hold`` was lost: its ``lost`` event (cause and reason as
+    recorded on it), then ``on_lost(lock)`` if its lock object still has one (an async
+    callback runs on the hold's event loop)."""
+    hold.lost = True
+    if hold.lost_reported:
+        return
+    hold.lost_reported = True
+    if hold.backend.observer is not None:
+        hold.backend.emit(
+            hold_event(
+                hold,
+                "lost",
+                held=hold.held_for,
+                reason=hold.lost_reason,
+                cause=hold.lost_cause.value,
+            )
+        )
+    if on_lost is None:
+        return
+    try:
+        outcome = on_lost(lock)
+        if inspect.isawaitable(outcome):
+            run_on_loop_of(hold, outcome)
+    except Exception:
+        logger.exception("django-distlock: on_lost callback of %r failed", hold.name)
