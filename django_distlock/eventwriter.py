@@ -40,7 +40,7 @@ from collections import deque
 from django.db import connections
 from django.utils import timezone
 
-from .engine import forget_after_fork
+from .engine import BackgroundWorker, forget_after_fork
 from .eventlosses import LossReport, logger
 from .eventrows import (
     Item,
@@ -81,7 +81,9 @@ psycopg 3, for ever with psycopg 2."""
 
 
 class BufferedEventWriter:
-    """The buffer and background thread of the ``"async"`` mode (one per process).
+    """The buffer and background thread of the ``"async"`` mode (one per process): a
+    :class:`~django_distlock.engine.BackgroundWorker` whose drain writes the buffer in
+    batches.
 
     ``append`` is all the lock path does: it never blocks and never raises. The thread
     starts with the first event.
@@ -99,14 +101,16 @@ class BufferedEventWriter:
         self.interval = FLUSH_INTERVAL if interval is None else interval
         self.losses = LossReport(self.capacity)
         """What this writer lost, and its reports of it."""
-        self._buffer: deque[Item] = deque()
-        self._wake = threading.Event()
-        self._cond = threading.Condition()
-        self._start_lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._requested = 0
-        self._served = 0
-        self._closing = False
+        self._worker: BackgroundWorker[Item] = BackgroundWorker(
+            "distlock-events",
+            self._cycle,
+            capacity=self.capacity,
+            interval=self.interval,
+            batch=self.flush_size,
+            on_drop=self._dropped,
+            on_stop=lambda: self.losses.report(force=True),
+        )
+        self._buffer = self._worker.buffer
         self._next_prune = 0.0
         self._in_flight = 0
 
@@ -125,32 +129,20 @@ class BufferedEventWriter:
 
     def append(self, item: Item) -> None:
         """Buffer ``item`` (or count it as dropped when the buffer is full)."""
-        buffer = self._buffer
-        if len(buffer) >= self.capacity:
-            self.losses.dropped()
-            # Reported from here, rate-limited: the writer thread, which reports the other
-            # losses, may be the one stuck (a database that hangs).
-            self.losses.report()
-            return
-        buffer.append(item)
-        if self._thread is None:
-            self._start()
-        elif len(buffer) >= self.flush_size and not self._wake.is_set():
-            self._wake.set()
+        if not self._worker.started:
+            _register_exit_flush()
+        self._worker.put(item)
+
+    def _dropped(self) -> None:
+        self.losses.dropped()
+        # Reported from here, rate-limited: the writer thread, which reports the other
+        # losses, may be the one stuck (a database that hangs).
+        self.losses.report()
 
     def flush(self, timeout: float) -> bool:
         """Have the thread write what is buffered now; wait up to ``timeout`` seconds.
         Returns whether it was written (or attempted: failures are logged)."""
-        thread = self._thread
-        if thread is None or not thread.is_alive():
-            return not self._buffer
-        with self._cond:
-            self._requested += 1
-            ticket = self._requested
-            self._wake.set()
-            return self._cond.wait_for(
-                lambda: self._served >= ticket or not thread.is_alive(), timeout
-            )
+        return self._worker.flush(timeout)
 
     def close(self, timeout: float) -> None:
         """Flush one last time and stop the thread (waiting at most ``timeout``).
@@ -158,61 +150,25 @@ class BufferedEventWriter:
         A thread still busy then (a database that hangs) takes the buffer and its batch
         with it: the warning counts them with every event lost before, since the losses
         the thread had yet to report would otherwise go unsaid."""
-        thread = self._thread
-        if thread is None or self._closing:
+        if not self._worker.started or self._worker.closing:
             return
-        with self._cond:
-            self._closing = True
-            self._wake.set()
-        thread.join(timeout)
-        if thread.is_alive():
-            buffered, writing = len(self._buffer), self._in_flight
-            dropped, failed = self.dropped_total, self.failed_total
-            logger.warning(
-                "django-distlock: gave up waiting %.1f s for the lock event writer at exit: "
-                "%d lock event(s) lost in all (%d buffered, %d being written, %d dropped "
-                "from the full buffer, %d lost to database errors)",
-                timeout,
-                buffered + writing + dropped + failed,
-                buffered,
-                writing,
-                dropped,
-                failed,
-            )
+        if self._worker.close(timeout):
+            return
+        buffered, writing = len(self._buffer), self._in_flight
+        dropped, failed = self.dropped_total, self.failed_total
+        logger.warning(
+            "django-distlock: gave up waiting %.1f s for the lock event writer at exit: "
+            "%d lock event(s) lost in all (%d buffered, %d being written, %d dropped "
+            "from the full buffer, %d lost to database errors)",
+            timeout,
+            buffered + writing + dropped + failed,
+            buffered,
+            writing,
+            dropped,
+            failed,
+        )
 
-    def _start(self) -> None:
-        with self._start_lock:
-            if self._thread is not None:
-                return
-            self._thread = thread = threading.Thread(
-                target=self._run, name="distlock-events", daemon=True
-            )
-        _register_exit_flush()
-        try:
-            thread.start()
-        except RuntimeError:  # interpreter shutdown: nothing can be written any more
-            self._closing = True
-
-    def _run(self) -> None:
-        while True:
-            self._wake.wait(self.interval)
-            with self._cond:
-                self._wake.clear()
-                target = self._requested
-                closing = self._closing
-            try:
-                self._cycle()
-            except Exception:  # the writer must outlive anything
-                logger.exception("django-distlock: the lock event writer failed")
-            with self._cond:
-                self._served = target
-                self._cond.notify_all()
-            if closing:
-                self.losses.report(force=True)
-                return
-
-    def _cycle(self) -> None:
-        buffer = self._buffer
+    def _cycle(self, buffer: deque[Item]) -> None:
         failed = False
         try:
             # What is buffered now is written; what comes meanwhile waits for the next
@@ -241,7 +197,7 @@ class BufferedEventWriter:
         finally:
             # The thread's own connection is closed once it has caught up (or failed):
             # an idle process holds none, a busy one does not reconnect for every batch.
-            if failed or not buffer or self._closing:
+            if failed or not buffer or self._worker.closing:
                 connections.close_all()
         self.losses.report()
 

@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from .engine import Event, Observer, forget_after_fork
+from .engine import BackgroundWorker, Event, Observer, forget_after_fork
 
 __all__ = [
     "ACQUIRE_RESULTS",
@@ -186,7 +186,7 @@ def deferred(record: Record, note: Callable[[], Any] = lambda: None) -> Observer
     means ``record`` never runs in two threads at once."""
 
     def observe(event: Event) -> None:
-        _worker().put(record, event, note())
+        _worker().put((record, event, note()))
 
     return observe
 
@@ -199,63 +199,52 @@ def flush_metrics(timeout: float = 5.0) -> bool:
     return True if worker is None else worker.flush(timeout)
 
 
-class _Worker:
-    """The metrics thread of this process (a daemon)."""
-
-    def __init__(self) -> None:
-        self._queue: collections.deque[tuple[Record, Event, Any]] = collections.deque()
-        self._wake = threading.Event()
-        self._idle = threading.Condition()
-        self._busy = False
-        self._dropped = 0
-        self._thread = threading.Thread(target=self._run, name="distlock-metrics", daemon=True)
-        self._thread.start()
-
-    def put(self, record: Record, event: Event, noted: Any) -> None:
-        if len(self._queue) >= CAPACITY:
-            self._dropped += 1
-            return
-        self._queue.append((record, event, noted))
-
-    def flush(self, timeout: float) -> bool:
-        self._wake.set()
-        with self._idle:
-            return self._idle.wait_for(lambda: not self._queue and not self._busy, timeout)
-
-    def _run(self) -> None:
-        queue = self._queue
-        while True:
-            self._wake.wait(INTERVAL)
-            self._wake.clear()
-            self._busy = True
-            while queue:
-                record, event, noted = queue.popleft()
-                try:
-                    record(event, noted)
-                except Exception:  # the thread must outlive any backend's failure
-                    logger.exception("django-distlock: metrics failed on a %s event", event.kind)
-            self._busy = False
-            if self._dropped:
-                dropped, self._dropped = self._dropped, 0
-                logger.warning(
-                    "django-distlock: %d lock event(s) not measured: the metrics fell behind",
-                    dropped,
-                )
-            with self._idle:
-                self._idle.notify_all()
+Queued = tuple[Record, Event, Any]
 
 
-_current: _Worker | None = None
+class _Drops:
+    """Events the metrics thread could not take (its buffer was full), logged by it."""
+
+    count = 0
+
+    @classmethod
+    def dropped(cls) -> None:
+        cls.count += 1
+
+    @classmethod
+    def record_all(cls, queued: collections.deque[Queued]) -> None:
+        while queued:
+            record, event, noted = queued.popleft()
+            try:
+                record(event, noted)
+            except Exception:  # the thread must outlive any backend's failure
+                logger.exception("django-distlock: metrics failed on a %s event", event.kind)
+        if cls.count:
+            dropped, cls.count = cls.count, 0
+            logger.warning(
+                "django-distlock: %d lock event(s) not measured: the metrics fell behind",
+                dropped,
+            )
+
+
+_current: BackgroundWorker[Queued] | None = None
 _current_lock = threading.Lock()
 
 
-def _worker() -> _Worker:
+def _worker() -> BackgroundWorker[Queued]:
+    """The metrics thread of this process (a daemon), created on first use."""
     global _current
     worker = _current
     if worker is None:
         with _current_lock:
             if _current is None:
-                _current = _Worker()
+                _current = BackgroundWorker(
+                    "distlock-metrics",
+                    _Drops.record_all,
+                    capacity=CAPACITY,
+                    interval=INTERVAL,
+                    on_drop=_Drops.dropped,
+                )
                 _flush_at_exit()
             worker = _current
     return worker
@@ -277,6 +266,7 @@ def _forget_after_fork() -> None:
     global _current, _current_lock
     _current = None
     _current_lock = threading.Lock()
+    _Drops.count = 0
 
 
 forget_after_fork(_forget_after_fork)

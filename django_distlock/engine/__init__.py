@@ -10,6 +10,7 @@ Django: the Django layer (settings, views, commands, events, the admin) is built
 """
 
 from .backend import Backend, Event, Observer
+from .background import BackgroundWorker
 from .claims import TaskClaims, current_holder
 from .eviction import SAFE_EVICTION_POLICY, unsafe_eviction_policy
 from .exceptions import (
@@ -52,6 +53,7 @@ __all__ = [
     "SAFE_EVICTION_POLICY",
     "SHARED",
     "Backend",
+    "BackgroundWorker",
     "Event",
     "Listing",
     "Lock",

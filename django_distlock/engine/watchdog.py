@@ -40,6 +40,7 @@ from typing import Any, NamedTuple
 
 from . import process
 from .aio import AsyncDriver
+from .background import BackgroundWorker
 from .exceptions import LockError
 from .hold import Hold
 from .io import SyncDriver
@@ -88,30 +89,22 @@ class Notifier:
     that a slow ``on_lost`` or observer never delays a renewal."""
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...]]] = (
-            queue.SimpleQueue()
+        self._worker: BackgroundWorker[tuple[Callable[..., Any], tuple[Any, ...]]] = (
+            BackgroundWorker("distlock-notifier", _run_each, interval=IDLE_WAIT, batch=1)
         )
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
 
     def submit(self, function: Callable[..., Any], *args: Any) -> None:
         """Run ``function(*args)`` on the notifier thread."""
-        self._queue.put((function, args))
-        if self._thread is None:
-            with self._lock:
-                if self._thread is None:
-                    self._thread = threading.Thread(
-                        target=self._run, name="distlock-notifier", daemon=True
-                    )
-                    self._thread.start()
+        self._worker.put((function, args))
 
-    def _run(self) -> None:
-        while True:
-            function, args = self._queue.get()
-            try:
-                function(*args)
-            except Exception:  # the notifier thread must not die
-                logger.exception("django-distlock: reporting a lost lock failed")
+
+def _run_each(reports: collections.deque[tuple[Callable[..., Any], tuple[Any, ...]]]) -> None:
+    while reports:
+        function, args = reports.popleft()
+        try:
+            function(*args)
+        except Exception:  # the notifier thread must not die
+            logger.exception("django-distlock: reporting a lost lock failed")
 
 
 class _Lane:
