@@ -49,7 +49,7 @@ from .keys import (
     validate_replicas,
     validate_seconds,
 )
-from .losses import hold_event, report_loss
+from .losses import REPORTING, hold_event, report_loss
 from .modes import EXCLUSIVE, LIMITED, SHARED
 from .ops import Call
 from .ownership import current_task_or_thread, owner_name, running_task
@@ -298,6 +298,10 @@ class Lock:
         holds = self._holds
         if not holds:
             return None
+        reporting = REPORTING.get()
+        if reporting is not None and any(hold is reporting for hold in holds.values()):
+            # Inside this lock's on_lost, on the watchdog's thread or the hold's loop.
+            return reporting
         generation = process.generation()
         if task is not None:
             hold = holds.get(task)

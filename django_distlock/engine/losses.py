@@ -3,6 +3,7 @@ lock's ``on_lost``), and the one way an event about a hold is built."""
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import logging
 import os
@@ -16,9 +17,15 @@ from .hold import Hold
 from .modes import LIMITED
 from .ownership import run_on_loop_of
 
-__all__ = ["hold_event", "report_loss"]
+__all__ = ["REPORTING", "hold_event", "report_loss"]
 
 logger = logging.getLogger("django_distlock")
+
+REPORTING: contextvars.ContextVar[Hold | None] = contextvars.ContextVar(
+    "distlock_reporting", default=None
+)
+"""The hold whose loss ``on_lost`` is being told: the callback runs on the watchdog's
+thread (or its hold's loop), and its lock's properties describe that hold there."""
 
 
 def hold_event(hold: Hold, kind: str, **details: Any) -> Event:
@@ -59,9 +66,20 @@ def report_loss(hold: Hold, on_lost: Callable[[Any], Any] | None = None, lock: A
         )
     if on_lost is None:
         return
+    reporting = REPORTING.set(hold)
     try:
         outcome = on_lost(lock)
         if inspect.isawaitable(outcome):
-            run_on_loop_of(hold, outcome)
+            run_on_loop_of(hold, _reporting(hold, outcome))
     except Exception:
         logger.exception("django-distlock: on_lost callback of %r failed", hold.name)
+    finally:
+        REPORTING.reset(reporting)
+
+
+async def _reporting(hold: Hold, awaitable: Any) -> Any:
+    reporting = REPORTING.set(hold)
+    try:
+        return await awaitable
+    finally:
+        REPORTING.reset(reporting)

@@ -221,6 +221,35 @@ async def test_an_async_on_lost_runs_on_the_loop_of_its_hold(backend, redis_clie
         await lock.arelease()
 
 
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync-callback", "async-callback"])
+async def test_on_lost_sees_the_lost_hold_through_its_lock(
+    api, backend, redis_client, asynchronous
+):
+    # The callback runs on the watchdog's thread (or its hold's loop), not in the holder's
+    # thread or task: the lock's properties still describe the hold being reported.
+    seen = []
+    called = threading.Event()
+
+    def look(lock: Lock) -> None:
+        seen.append((lock.lost, lock.lost_reason, lock.fence, lock.valid_until is not None))
+        called.set()
+
+    async def alook(lock: Lock) -> None:
+        look(lock)
+
+    lock = Lock("seen-lost", backend=backend, timeout=0.6, on_lost=alook if asynchronous else look)
+    if asynchronous:  # an async on_lost runs on its hold's event loop
+        await lock.aacquire()
+    else:
+        await api.acquire(lock)
+    fence = lock.fence
+    redis_client.delete(lock_key("seen-lost"))
+    await asyncio.to_thread(called.wait, 3)
+    assert seen == [(True, "the lock was released or taken by another holder", fence, True)]
+    with pytest.raises(LockLost):
+        await (lock.arelease() if asynchronous else api.release(lock))
+
+
 async def test_raise_on_lost_false_leaves_quietly(api, observed_backend, recorder, redis_client):
     on_lost = OnLost()
     lock = Lock("lost", backend=observed_backend, timeout=0.6, on_lost=on_lost, raise_on_lost=False)
