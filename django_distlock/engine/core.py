@@ -9,10 +9,10 @@ Every script reply that means "taken" is tagged (:func:`taken_reply`), and a rep
 any other shape is an error, never a hold: a stray integer or ``OK`` cannot be mistaken
 for a lock.
 
-Why this module is long: it is the protocol, and the protocol is one piece. The steps of
-an acquire (every kind), of several names at once and of a release share their wait,
-wake-up and hand-on rules, and splitting them would put each rule's two halves (the
-waiter's and the releaser's) in different files.
+Why this module is long: it is the protocol of one lock, and that is one piece. The steps
+of an acquire (every kind) and of a release share their wait, wake-up and hand-on rules,
+and splitting them would put each rule's two halves (the waiter's and the releaser's) in
+different files. Several names at once are :mod:`.group_steps`.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ from .scripts import (
     HOLDER_EXTEND,
     HOLDER_RELEASE,
     HOLDER_TTL,
-    MANY_ACQUIRE,
     PASS_ON,
     RELEASE,
     TTL,
@@ -55,7 +54,6 @@ __all__ = [
     "NotAcquired",
     "NotReplicated",
     "Tuning",
-    "acquire_many_steps",
     "acquire_steps",
     "extend_call",
     "holder_member",
@@ -66,8 +64,11 @@ __all__ = [
     "release_steps",
     "released_reply",
     "replication_report",
+    "reply_tag",
     "taken_reply",
     "ttl_call",
+    "unexpected",
+    "wake_steps",
 ]
 
 HOSTNAME = clean_label(socket.gethostname())
@@ -153,7 +154,7 @@ def release_steps(
     when it was held and is released (a fair waiter whose turn it now is gets woken)."""
     released, head = released_reply(keys.name, (yield release_call(keys, token, liveness_ms, mode)))
     if head:
-        yield from _wake(keys, head, liveness_ms)
+        yield from wake_steps(keys, head, liveness_ms)
     return released
 
 
@@ -161,7 +162,7 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _tag(reply: Any) -> str | None:
+def reply_tag(reply: Any) -> str | None:
     """The tag of a tagged script reply (its first element, or the first word of a string
     reply), ``None`` for anything else."""
     if isinstance(reply, list) and reply and isinstance(reply[0], bytes | str):
@@ -183,7 +184,7 @@ def taken_reply(name: str, reply: Any) -> tuple[int, int] | None:
     """``(fence, acquired_at_us)`` from an acquire's reply ``taken FENCE [AT]`` (``AT``
     given only when it differs from the fence), or from ``{'taken', fence, at, ...}``;
     ``None`` for a tagged refusal; :class:`LockBackendError` for anything else."""
-    tag = _tag(reply)
+    tag = reply_tag(reply)
     if tag == "taken":
         if isinstance(reply, list):
             return int(reply[1]), int(reply[2])
@@ -209,7 +210,7 @@ def released_reply(name: str, reply: Any) -> tuple[bool, Any]:
     raise unexpected(name, "a release", reply)
 
 
-def _wake(keys: LockKeys, head: Any, liveness_ms: int) -> Generator[Op, Any, None]:
+def wake_steps(keys: LockKeys, head: Any, liveness_ms: int) -> Generator[Op, Any, None]:
     """Wake fair waiter ``head`` (a script's answer: ``b""`` when there is none). Its list
     is not among the lock's keys, so it is pushed to here; losing this push only makes
     the waiter notice at its next re-check."""
@@ -334,7 +335,7 @@ def acquire_steps(
                 reply, acknowledged = reply.reply, reply.acknowledged
             taken = taken_reply(name, reply)
             wait.may_hold = False
-            if taken is None and _tag(reply) == "kind":
+            if taken is None and reply_tag(reply) == "kind":
                 raise LockError(_other_kind(name, mode, limit, reply[1]), name=name)
             if taken is not None:
                 wait.may_hold = True
@@ -349,7 +350,7 @@ def acquire_steps(
                 wait.settle(holding=True)
                 if isinstance(reply, list) and len(reply) > 3 and reply[3]:
                     # A shared hold or a free slot may let the next waiter in too.
-                    yield from _wake(keys, reply[3], liveness_ms)
+                    yield from wake_steps(keys, reply[3], liveness_ms)
                 return Acquired(taken[0], taken[1], sent_at)
             wait_ms = int(reply[1])
             wait.enqueued = wait.enqueued or (blocking and fair)
@@ -359,7 +360,7 @@ def acquire_steps(
                 wait.writer = True
                 args = dataclasses.replace(args, writer=True)
             if reply[2] and reply[2] not in (waiter, waiter.encode()):
-                yield from _wake(keys, reply[2], liveness_ms)
+                yield from wake_steps(keys, reply[2], liveness_ms)
             remaining = math.inf if deadline is None else deadline - time.monotonic()
             if not blocking or remaining <= 0:
                 return NotAcquired(wait_ms / 1000 if wait_ms >= 0 else None)
@@ -522,16 +523,16 @@ def _leave(wait: _Waiting, liveness_ms: int) -> Generator[Op, Any, None]:
         reply, woken = yield CallEndingWait(
             Call(PASS_ON, wait.own_keys(), (queued_as, liveness_ms, handed_on, "1", writer_id))
         )
-        yield from _wake(keys, reply[1], liveness_ms)
+        yield from wake_steps(keys, reply[1], liveness_ms)
         if woken:
             reply = yield Call(PASS_ON, wait.own_keys(), ("", liveness_ms, "1", "", ""))
-            yield from _wake(keys, reply[1], liveness_ms)
+            yield from wake_steps(keys, reply[1], liveness_ms)
     elif wait.consumed or wait.enqueued or wait.writer:
         handed_on = "1" if wait.consumed else "0"
         reply = yield Call(
             PASS_ON, wait.own_keys(), (queued_as, liveness_ms, handed_on, "", writer_id)
         )
-        yield from _wake(keys, reply[1], liveness_ms)
+        yield from wake_steps(keys, reply[1], liveness_ms)
 
 
 def _other_kind(name: str, mode: str, limit: int, held_as: Any) -> str:
@@ -548,155 +549,3 @@ def _other_kind(name: str, mode: str, limit: int, held_as: Any) -> str:
         f"lock {name!r} is held as {held}; it cannot be taken {wanted}: one name is used "
         "with one kind (shared and exclusive holds of the same name are the exception)"
     )
-
-
-def acquire_many_steps(
-    *,
-    groups: list[list[LockKeys]],
-    token: str,
-    lease: float,
-    owner: str,
-    blocking: bool,
-    deadline: float | None,
-    tuning: Tuning,
-) -> Generator[Op, Any, AcquiredMany | NotAcquired]:
-    """Steps to take the exclusive locks of ``groups`` with one token, all or none.
-
-    Each group is taken by one script, atomically (a single server: one group; a
-    cluster: a group per bucket, the keys of one script sharing a slot). Groups are
-    taken in the order given, which every caller makes the same global order, and a
-    group that stays busy past the deadline gives back the groups taken before it: no
-    two callers can each hold what the other waits for, so nobody deadlocks. While a
-    group is busy the caller holds none of *its* locks and waits, notified, for the one
-    that was busy.
-    """
-    taken: list[list[LockKeys]] = []
-    fences: list[int] = []
-    acquired_at_us = 0
-    sent_at = 0.0
-    current: list[LockKeys] | None = None
-    try:
-        for group in groups:
-            current = group
-            outcome = yield from _acquire_group(
-                group, token, lease, owner, blocking, deadline, tuning
-            )
-            current = None
-            if type(outcome) is NotAcquired:
-                yield from _release_groups(taken, token, tuning)
-                taken = []
-                return outcome
-            taken.append(group)
-            group_fences, group_at, group_sent = outcome
-            fences.extend(group_fences)
-            acquired_at_us = acquired_at_us or group_at
-            sent_at = sent_at or group_sent
-        return AcquiredMany(fences, acquired_at_us, sent_at)
-    except BaseException:
-        # Only our own token is deleted, so this is safe for a group never taken.
-        with contextlib.suppress(LockError):
-            yield from _release_groups([*taken, *([current] if current else [])], token, tuning)
-        raise
-
-
-def _release_groups(
-    groups: list[list[LockKeys]], token: str, tuning: Tuning
-) -> Generator[Op, Any, None]:
-    for group in reversed(groups):
-        for keys in group:
-            yield from release_steps(keys, token, tuning.waiter_liveness_ms)
-
-
-def _acquire_group(
-    group: list[LockKeys],
-    token: str,
-    lease: float,
-    owner: str,
-    blocking: bool,
-    deadline: float | None,
-    tuning: Tuning,
-) -> Generator[Op, Any, tuple[list[int], int, float] | NotAcquired]:
-    """Steps to take one group (one script); see :func:`acquire_many_steps`."""
-    waiter = token[:16] if blocking else ""
-    liveness_ms = tuning.waiter_liveness_ms
-    lock_keys = tuple(
-        key
-        for keys in group
-        for key in (keys.lock, keys.fence, keys.waiters, keys.index, keys.writers)
-    )
-    names = tuple(keys.name for keys in group)
-    base = (token, ms(lease), owner, tuning.fence_memory_ms, liveness_ms if waiter else "")
-    waited_on: LockKeys | None = None  # whose BLPOP is outstanding
-    consumed_from: LockKeys | None = None  # a wake-up we consumed and did not use
-    writer_of: list[LockKeys] = []  # locks held shared whose writers we wait among
-    timer_fired = False
-    try:
-        while True:
-            sent_at = time.monotonic()
-            if waited_on is not None and timer_fired:
-                call = Call(
-                    MANY_ACQUIRE,
-                    (*lock_keys, waited_on.wake(waiter)),
-                    (*base, "1", waiter, *names),
-                )
-                reply, woken = yield CallEndingWait(call)
-                if woken:
-                    consumed_from = waited_on
-                waited_on = None
-            else:
-                reply = yield Call(
-                    MANY_ACQUIRE, (*lock_keys, group[0].lock), (*base, "", waiter, *names)
-                )
-            tag = _tag(reply)
-            if tag == "taken":
-                consumed_from = None
-                writer_of = []  # the script took us off every lock's writers
-                return [int(fence) for fence in reply[2:]], int(reply[1]), sent_at
-            if tag != "busy":
-                raise unexpected(group[0].name, "an acquire", reply)
-            wait_ms = int(reply[1])
-            busy = group[int(reply[2]) - 1]
-            if reply[3] in (b"1", "1") and busy not in writer_of:
-                writer_of.append(busy)
-            remaining = math.inf if deadline is None else deadline - time.monotonic()
-            if not blocking or remaining <= 0:
-                return NotAcquired(wait_ms / 1000 if wait_ms >= 0 else None)
-            if timer_fired and consumed_from is not None:
-                timer_fired = False  # woken as the timer fired: try again at once
-                consumed_from = None
-                continue
-            yield StartWait((busy.wake(waiter), busy.signal))
-            waited_on = busy
-            timer = tuning.wait_cap if wait_ms < 0 else (wait_ms + 1) / 1000
-            wake_at = sent_at + min(timer, tuning.wait_cap, max(remaining, 0.0))
-            woke = yield AwaitWakeUp(max(0.0, wake_at - time.monotonic()))
-            timer_fired = woke is Wake.TIMER
-            if woke is not Wake.TIMER:
-                waited_on = None  # the wait is over (INTERRUPTED: try again at once)
-            if woke is Wake.WOKEN:
-                consumed_from = busy
-    finally:
-        # Leaving without the group: end the wait, leave the writers we joined, and hand
-        # on a wake-up we consumed.
-        try:
-            if waited_on is not None:
-                keys, waited_on = waited_on, None
-                writer_id = waiter if keys in writer_of else ""
-                reply, woken = yield CallEndingWait(
-                    Call(PASS_ON, keys.all(waiter), ("", liveness_ms, "0", "1", writer_id))
-                )
-                if writer_id:
-                    writer_of.remove(keys)
-                    yield from _wake(keys, reply[1], liveness_ms)
-                if woken:
-                    consumed_from = keys
-            while writer_of:
-                keys = writer_of.pop()
-                reply = yield Call(PASS_ON, keys.all(), ("", liveness_ms, "0", "", waiter))
-                yield from _wake(keys, reply[1], liveness_ms)
-            if consumed_from is not None:
-                keys, consumed_from = consumed_from, None
-                reply = yield Call(PASS_ON, keys.all(), ("", liveness_ms, "1", "", ""))
-                yield from _wake(keys, reply[1], liveness_ms)
-        except LockError:
-            pass

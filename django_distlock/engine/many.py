@@ -23,8 +23,9 @@ from typing import Any
 
 from .aio import AsyncDriver
 from .backend import Backend
-from .core import Acquired, AcquiredMany, NotAcquired, acquire_many_steps, new_token
+from .core import Acquired, AcquiredMany, NotAcquired, new_token
 from .exceptions import LockError, LockNotAcquired, LockNotOwned
+from .group_steps import acquire_many_steps
 from .io import SyncDriver
 from .keys import LockKeys
 from .lock import UNSET, BackendSource, Lock, waiting_options
