@@ -57,7 +57,6 @@ __all__ = [
     "acquire_steps",
     "extend_call",
     "holder_member",
-    "kind_label",
     "new_token",
     "owner_metadata",
     "release_call",
@@ -65,6 +64,7 @@ __all__ = [
     "released_reply",
     "replication_report",
     "reply_tag",
+    "stored_mode",
     "taken_reply",
     "ttl_call",
     "unexpected",
@@ -112,8 +112,9 @@ class NotAcquired:
     retry_after: float | None
 
 
-def kind_label(mode: str, limit: int) -> str:
-    """How the scripts name a lock held by several holders: ``"shared"``, ``"limited N"``."""
+def stored_mode(mode: str, limit: int) -> str:
+    """How the scripts store the mode of a lock held by several holders (its holders'
+    ``#kind`` field): ``"shared"``, ``"limited N"``."""
     return SHARED if mode == SHARED else f"{LIMITED} {limit}"
 
 
@@ -314,7 +315,7 @@ def acquire_steps(
         waiter=waiter,
         liveness_ms=liveness_ms,
         fair=fair,
-        held_as=() if mode == EXCLUSIVE else (kind_label(mode, limit), limit * (mode == LIMITED)),
+        held_as=() if mode == EXCLUSIVE else (stored_mode(mode, limit), limit * (mode == LIMITED)),
     )
     wait = _Waiting(keys, waiter, fair, mode)
     try:
@@ -336,7 +337,7 @@ def acquire_steps(
             taken = taken_reply(name, reply)
             wait.may_hold = False
             if taken is None and reply_tag(reply) == "kind":
-                raise LockError(_other_kind(name, mode, limit, reply[1]), name=name)
+                raise LockError(_other_mode(name, mode, limit, reply[1]), name=name)
             if taken is not None:
                 wait.may_hold = True
                 if replicas is not None and acknowledged is not None and acknowledged < replicas[0]:
@@ -535,7 +536,7 @@ def _leave(wait: _Waiting, liveness_ms: int) -> Generator[Op, Any, None]:
         yield from wake_steps(keys, reply[1], liveness_ms)
 
 
-def _other_kind(name: str, mode: str, limit: int, held_as: Any) -> str:
+def _other_mode(name: str, mode: str, limit: int, held_as: Any) -> str:
     """Why a lock held as another kind cannot be taken as ``mode``."""
     held = held_as.decode() if isinstance(held_as, bytes) else str(held_as)
     wanted = {EXCLUSIVE: "exclusively", SHARED: "shared"}.get(mode, f"with limit={limit}")
