@@ -340,6 +340,15 @@ def acquire_steps(
                 raise LockError(_other_mode(name, mode, limit, reply[1]), name=name)
             if taken is not None:
                 wait.may_hold = True
+                if time.monotonic() - sent_at >= lease:
+                    # The answer came after the lease it granted was over (a stalled server
+                    # or connection): the lock may be another's by now. Give it back and
+                    # try again (Redlock's rule: no hold whose validity is already spent).
+                    yield from release_steps(keys, token, liveness_ms, mode)
+                    wait.settle()
+                    if not blocking or (deadline is not None and time.monotonic() >= deadline):
+                        return NotAcquired(None)
+                    continue
                 if replicas is not None and acknowledged is not None and acknowledged < replicas[0]:
                     # Not on enough replicas: a failover now could forget it. Give it back.
                     yield from release_steps(keys, token, liveness_ms, mode)

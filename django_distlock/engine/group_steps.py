@@ -68,6 +68,11 @@ def acquire_many_steps(
             fences.extend(group_fences)
             acquired_at_us = acquired_at_us or group_at
             sent_at = sent_at or group_sent
+        if time.monotonic() - sent_at >= lease:
+            # Taken, but the lease was over by the time the answer came: give it back.
+            yield from _release_groups(taken, token, tuning)
+            taken = []
+            return NotAcquired(None)
         return AcquiredMany(fences, acquired_at_us, sent_at)
     except BaseException:
         # Only our own token is deleted, so this is safe for a group never taken.

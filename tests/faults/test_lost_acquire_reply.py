@@ -132,3 +132,45 @@ async def test_a_lock_whose_give_back_could_not_reach_redis_is_given_back_once_i
         began = time.monotonic()
         await await_until(lambda: direct.exists(lock_key(NAME)) == 0, within=GONE_WITHIN)
         assert time.monotonic() - began < GONE_WITHIN < LEASE
+
+
+def once(predicate):
+    """``predicate``, true for its first matching chunk only."""
+    matched = []
+
+    def first(chunk: bytes) -> bool:
+        if matched or not predicate(chunk):
+            return False
+        matched.append(chunk)
+        return True
+
+    return first
+
+
+@pytest.mark.parametrize("blocking", [False, True], ids=["non-blocking", "blocking"])
+async def test_an_acquire_answered_after_its_lease_is_over_is_not_a_hold(
+    api, private_redis, make_proxy, make_backend, blocking
+):
+    """Found by the randomized fault runs (issue 20): an acquire held up longer than its
+    lease (here its request; a stalled reply looks the same to the client) returned True
+    with its lease already spent, and three holders of a ``limit=2`` lock overlapped. It
+    must give that hold back: not acquired (non-blocking), or acquired afresh with a
+    lease ahead of it (blocking)."""
+    proxy = make_proxy(private_redis)
+    backend = make_backend(port=proxy.port)
+    lock = Lock(NAME, backend=backend, timeout=0.3, auto_renew=False)
+    warm_up = Lock("warm-up", backend=backend, timeout=5)
+    await api.acquire(warm_up, blocking=False)  # connections open before the delay
+    await api.release(warm_up)
+    proxy.delay_client_data(once(acquire_of(NAME)), 0.5)
+    got = await api.acquire(lock, blocking=blocking, blocking_timeout=5 if blocking else None)
+    if blocking:
+        assert got is True
+        assert lock.held and not lock.lost
+        assert lock.valid_until > time.time()
+        await api.release(lock)
+    else:
+        assert got is False
+        assert not lock.held
+    with private_redis.client() as direct:
+        assert direct.exists(lock_key(NAME)) == 0  # the spent hold was given back

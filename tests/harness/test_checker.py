@@ -596,3 +596,38 @@ def test_info_writes_nobody_read_are_left_out() -> None:
     history = register(("write", 0, 1, 1, "ok"), *unseen, ("read", 2, 3, 1, "ok"))
 
     assert check_register(history, max_operations=2).verdict is Verdict.LINEARIZABLE
+
+
+def test_an_acquire_returning_a_spent_lease_is_reported():
+    spent = Operation(
+        client="c1",
+        hold=1,
+        kind="acquire",
+        lock="l",
+        start=0.0,
+        end=2.0,
+        outcome="ok",
+        fence=1,
+        lease=1.0,
+        extra={"granted_until": 1.0},
+    )
+    fresh = Operation(
+        client="c2",
+        hold=1,
+        kind="acquire",
+        lock="m",
+        start=0.0,
+        end=0.1,
+        outcome="ok",
+        fence=1,
+        lease=1.0,
+        extra={"granted_until": 1.0},
+    )
+    releases = [
+        Operation(client=c, hold=1, kind="release", lock=lock, start=s, end=s + 0.01, outcome="ok")
+        for c, lock, s in (("c1", "l", 2.1), ("c2", "m", 0.5))
+    ]
+    report = check([spent, fresh, *releases])
+    assert [(v.type, v.operations) for v in report.violations] == [
+        (ViolationType.SPENT_LEASE, (spent,))
+    ]

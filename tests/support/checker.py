@@ -54,6 +54,8 @@ Elsewhere lost updates are counted in :attr:`Report.lost_updates`: the case for 
 Waits and ends. ``long_wait``: an ``ok`` or ``fail`` acquire with a ``blocking_timeout`` that
 lasted longer than it plus ``wait_bound`` plus the time its client was paused meanwhile.
 ``never_ended``: an ``ok`` acquire whose hold was never released, lost nor killed.
+``spent_lease``: an ``ok`` acquire whose ``extra["granted_until"]`` (the lease end its
+client was given with it) is not after the acquire returned: a hold that was never valid.
 """
 
 from __future__ import annotations
@@ -85,6 +87,7 @@ class ViolationType(StrEnum):
     NOT_LINEARIZABLE = "not_linearizable"
     LONG_WAIT = "long_wait"
     NEVER_ENDED = "never_ended"
+    SPENT_LEASE = "spent_lease"
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,14 @@ def check(history: list[Operation], *, wait_bound: float = WAIT_BOUND) -> Report
     _check_acquire_fences(acquires, report)
     _check_registers(history, report)
     _check_waits(history, wait_bound, pauses, report)
+    for op in acquires:
+        granted = op.extra.get("granted_until")
+        if granted is not None and granted <= op.end:
+            report.add(
+                ViolationType.SPENT_LEASE,
+                "an acquire returned a hold whose lease was already over",
+                [op],
+            )
     for hold in holds:
         if hold.ended_by is None:
             report.add(

@@ -230,6 +230,17 @@ def _chooser(kind: str, backend: Backend, client: _Client) -> Callable[[], _Take
     raise ValueError(f"unknown kind {kind!r}")
 
 
+def _granted_until(take: _Take) -> float:
+    """The monotonic time the lease just granted ends, as the lock tells its holder."""
+    lock = take.lock
+    ends = [
+        each.valid_until
+        for each in (lock.locks.values() if isinstance(lock, LockGroup) else [lock])
+        if each.valid_until is not None
+    ]
+    return time.monotonic() - (time.time() - min(ends)) if ends else time.monotonic()
+
+
 def _fences(take: _Take) -> dict[str, tuple[int | None, str | None]]:
     lock = take.lock
     if isinstance(lock, LockGroup):
@@ -334,6 +345,7 @@ async def _one_hold(client: _Client, api: _Api, take: _Take) -> None:
                 **common,
             )
         return
+    granted = {**take.extra, "granted_until": _granted_until(take)}
     with client.guard:
         for name, (fence, token) in _fences(take).items():
             client.held[name] = _Held(name, holds[name], fence, token)
@@ -347,7 +359,7 @@ async def _one_hold(client: _Client, api: _Api, take: _Take) -> None:
             hold=held.hold,
             fence=held.fence,
             token=held.token,
-            extra=take.extra,
+            extra=granted,
             **common,
         )
     try:
