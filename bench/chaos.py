@@ -34,7 +34,7 @@ from tests.support.chaos.measures import takeover_times  # noqa: E402
 from tests.support.chaos.runner import RunConfig, RunResult, run  # noqa: E402
 from tests.support.chaos.sites import SITES  # noqa: E402
 from tests.support.chaos.workloads import KINDS  # noqa: E402
-from tests.support.checker import Report, check  # noqa: E402
+from tests.support.checker import Report  # noqa: E402
 
 
 def _counts(counter: dict[str, int]) -> str:
@@ -44,7 +44,7 @@ def _counts(counter: dict[str, int]) -> str:
 def report(result: RunResult) -> str:
     """The table of one run."""
     history = result.history
-    checked: Report = check(history, wait_bound=result.config.wait_bound)
+    checked: Report = result.check()
     operations = Counter(f"{op.kind} {op.outcome}" for op in history if op.client != "final")
     faults = Counter(fault.kind for fault in result.faults)
     violations = Counter(str(violation.type) for violation in checked.violations)

@@ -166,7 +166,8 @@ async def test_an_acquire_answered_after_its_lease_is_over_is_not_a_hold(
     got = await api.acquire(lock, blocking=blocking, blocking_timeout=5 if blocking else None)
     if blocking:
         assert got is True
-        assert lock.held and not lock.lost
+        assert lock.held
+        assert not lock.lost
         assert lock.valid_until > time.time()
         await api.release(lock)
     else:

@@ -631,3 +631,42 @@ def test_an_acquire_returning_a_spent_lease_is_reported():
     assert [(v.type, v.operations) for v in report.violations] == [
         (ViolationType.SPENT_LEASE, (spent,))
     ]
+
+
+def test_an_overlap_after_a_data_loss_is_told_apart():
+    # A holder granted before a failover; another takes the lock on the new primary, before
+    # the first learns it (its next renewal, by its lease end).
+    first = Operation(
+        client="c1",
+        hold=1,
+        kind="acquire",
+        lock="l",
+        start=0.0,
+        end=0.1,
+        outcome="ok",
+        fence=1,
+        lease=1.0,
+    )
+    second = Operation(
+        client="c2",
+        hold=1,
+        kind="acquire",
+        lock="l",
+        start=0.5,
+        end=0.6,
+        outcome="ok",
+        fence=2,
+        lease=1.0,
+    )
+    releases = [
+        Operation(client=c, hold=1, kind="release", lock="l", start=s, end=s + 0.01, outcome="ok")
+        for c, s in (("c1", 0.9), ("c2", 1.2))
+    ]
+    history = [first, second, *releases]
+    assert [v.type for v in check(history).violations] == [ViolationType.OVERLAP]
+    failed_over = check(history, data_loss=[(0.4, 0.45)])
+    assert [v.type for v in failed_over.violations] == [ViolationType.OVERLAP_AFTER_FAILOVER]
+    # A data loss before the first hold was granted excuses nothing.
+    assert [v.type for v in check(history, data_loss=[(-1.0, -0.5)]).violations] == [
+        ViolationType.OVERLAP
+    ]

@@ -19,6 +19,11 @@ it is reported as (first matching rule):
   lease may have run out while it still believed it held: the lease limit fencing covers.
 - ``overlap_after_expiry``: an earlier holder's lease had run out by the window's start
   (the same limit, without a pause).
+- ``overlap_after_failover``: an earlier holder was granted its hold before a fault that
+  may lose what the server granted (``data_loss``: a failover, a primary's crash, a
+  restart without its data) and the window starts between that fault's start and its end
+  plus the earlier hold's lease (when its holder learns it at the latest): Redis
+  replication is asynchronous, the limit ``MIN_REPLICAS`` narrows and fencing covers.
 - ``overlap``: mutual exclusion broken while every lease was valid.
 
 Leases. Renewals are not recorded, so a hold's lease is valid until its interval ends,
@@ -62,7 +67,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -81,6 +86,7 @@ class ViolationType(StrEnum):
     OVERLAP = "overlap"
     OVERLAP_AFTER_PAUSE = "overlap_after_pause"
     OVERLAP_AFTER_EXPIRY = "overlap_after_expiry"
+    OVERLAP_AFTER_FAILOVER = "overlap_after_failover"
     STALE_FENCE_ACCEPTED = "stale_fence_accepted"
     FENCES_NOT_INCREASING = "fences_not_increasing"
     LOST_UPDATE = "lost_update"
@@ -141,8 +147,15 @@ def describe(op: Operation) -> str:
     return text
 
 
-def check(history: list[Operation], *, wait_bound: float = WAIT_BOUND) -> Report:
-    """Check ``history`` against the rules of the module docstring."""
+def check(
+    history: list[Operation],
+    *,
+    wait_bound: float = WAIT_BOUND,
+    data_loss: Sequence[tuple[float, float]] = (),
+) -> Report:
+    """Check ``history`` against the rules of the module docstring; ``data_loss`` lists
+    the ``(start, end)`` of faults that may lose what the server had granted (a failover,
+    a primary's crash, a restart without its data)."""
     report = Report(operations=len(history))
     horizon = max((op.end for op in history), default=0.0)
     pauses = _pauses(history)
@@ -152,7 +165,7 @@ def check(history: list[Operation], *, wait_bound: float = WAIT_BOUND) -> Report
     for hold in holds:
         by_lock[hold.acquire.lock].append(hold)
     for lock_holds in by_lock.values():
-        _check_overlaps(lock_holds, report)
+        _check_overlaps(lock_holds, report, data_loss)
     acquires = [op for op in history if op.kind == "acquire" and op.outcome == "ok"]
     _check_acquire_fences(acquires, report)
     _check_registers(history, report)
@@ -235,21 +248,32 @@ def _conflict(a: Operation, b: Operation) -> bool:
     return not (a.mode == b.mode and a.mode in ("shared", "limited"))
 
 
-def _check_overlaps(holds: list[_Hold], report: Report) -> None:
+Losses = Sequence[tuple[float, float]]
+
+
+def _check_overlaps(holds: list[_Hold], report: Report, losses: Losses) -> None:
     holds = sorted(holds, key=lambda hold: hold.start)
     active: list[_Hold] = []
     for hold in holds:
         active = [other for other in active if other.end > hold.start]
         for other in active:
             if _conflict(other.acquire, hold.acquire):
-                _window(report, [other], [other, hold], hold.start, min(other.end, hold.end))
+                end = min(other.end, hold.end)
+                _window(report, [other], [other, hold], hold.start, end, losses=losses)
         active.append(hold)
     limited = [hold for hold in holds if hold.acquire.mode == "limited"]
     if limited:
-        _check_limit(limited, limited[0].acquire.limit, report)
+        _check_limit(limited, limited[0].acquire.limit, report, losses)
 
 
-def _check_limit(holds: list[_Hold], limit: int, report: Report) -> None:
+def _after_data_loss(hold: _Hold, start: float, losses: Losses) -> bool:
+    """Whether ``hold``, granted before a data loss, may have been forgotten by the
+    server by ``start``: its holder learns it at its next renewal, by its lease end."""
+    lease = hold.acquire.lease or 0.0
+    return any(hold.acquire.start < end and began <= start <= end + lease for began, end in losses)
+
+
+def _check_limit(holds: list[_Hold], limit: int, report: Report, losses: Losses) -> None:
     # Ends sort before starts at one instant: intervals are half-open.
     events = sorted(
         [(hold.start, 1, index) for index, hold in enumerate(holds)]
@@ -276,6 +300,7 @@ def _check_limit(holds: list[_Hold], limit: int, report: Report) -> None:
                     start,
                     moment,
                     limit=limit,
+                    losses=losses,
                 )
                 window = None
 
@@ -288,11 +313,14 @@ def _window(
     end: float,
     *,
     limit: int | None = None,
+    losses: Losses = (),
 ) -> None:
     if any(hold.paused_before(start) for hold in earlier):
         kind = ViolationType.OVERLAP_AFTER_PAUSE
     elif any(hold.lease_until <= start for hold in earlier):
         kind = ViolationType.OVERLAP_AFTER_EXPIRY
+    elif any(_after_data_loss(hold, start, losses) for hold in earlier):
+        kind = ViolationType.OVERLAP_AFTER_FAILOVER
     else:
         kind = ViolationType.OVERLAP
     held = f"{len(involved)} holds of limit {limit}" if limit else "two conflicting holds"

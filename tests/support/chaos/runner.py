@@ -38,6 +38,7 @@ from tests.support.chaos.nemesis import Fault, Nemesis, fault_kinds, schedule
 from tests.support.chaos.registers import final_values
 from tests.support.chaos.sites import SITES, ChaosSite
 from tests.support.chaos.workloads import client_spec, register_names
+from tests.support.checker import Report, check
 from tests.support.history import PENDING, Operation, read_history, write_history
 
 __all__ = ["RunConfig", "RunResult", "replay_command", "run"]
@@ -82,6 +83,20 @@ class RunResult:
     def replay(self) -> str:
         """The command that replays this run."""
         return replay_command(self.config)
+
+    def data_loss(self) -> list[tuple[float, float]]:
+        """When the servers may have lost what they granted: the ``(start, end)`` of each
+        failover, primary crash and restart without data (for the checker)."""
+        return [(f.start, f.end) for f in self.faults if f.kind in DATA_LOSS_FAULTS]
+
+    def check(self) -> Report:
+        """The checker's report on this run's history."""
+        return check(self.history, wait_bound=self.config.wait_bound, data_loss=self.data_loss())
+
+
+DATA_LOSS_FAULTS = frozenset({"failover", "primary-crash", "server-restart"})
+"""Faults after which a server may no longer have a lock it granted: Redis replication
+is asynchronous, and a server restarted without persistence comes back empty."""
 
 
 def replay_command(config: RunConfig) -> str:
@@ -261,6 +276,8 @@ def run(config: RunConfig, directory: Path | None = None) -> RunResult:
     final = final_values(database)
     history = _merge(read_history(sorted(directory.glob("*.jsonl"))), pool, final)
     write_history(directory / "merged.history", history)  # what the checker judged
+    faults = nemesis.faults if nemesis is not None else []
+    (directory / "faults.json").write_text(json.dumps([fault.to_dict() for fault in faults]))
     return RunResult(config, history, nemesis.faults, final, directory, errors)
 
 
