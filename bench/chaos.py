@@ -94,6 +94,7 @@ def main() -> None:
     parser.add_argument("--unfenced", action="store_true", help="also run unfenced registers")
     parser.add_argument("--clients", type=int, default=4)
     options = parser.parse_args()
+    install_termination_cleanup()  # a run stopped with SIGTERM leaves no server behind
     topologies = options.topology or list(SITES)
     kinds = options.kind or list(KINDS)
     registers = [True, False] if options.unfenced else [True]
