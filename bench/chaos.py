@@ -35,6 +35,7 @@ from tests.support.chaos.runner import RunConfig, RunResult, run  # noqa: E402
 from tests.support.chaos.sites import SITES  # noqa: E402
 from tests.support.chaos.workloads import KINDS  # noqa: E402
 from tests.support.checker import Report  # noqa: E402
+from tests.support.servers import install_termination_cleanup  # noqa: E402
 
 
 def _counts(counter: dict[str, int]) -> str:
