@@ -195,9 +195,11 @@ class _ClientPool:
 
     def kill(self, name: str) -> None:
         process = self.processes[name]
+        # The time of the signal, not of the reaping: the client stops there (its last
+        # operation, say a release, may have reached Redis unrecorded just before).
+        self.killed[name] = time.monotonic()
         process.kill()
         process.wait()
-        self.killed[name] = time.monotonic()
         if time.monotonic() < self.until - 1.0:
             base, _, generation = name.partition(".")
             process = self.spawn(f"{base}.{int(generation or 0) + 1}")
