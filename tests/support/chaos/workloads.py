@@ -378,6 +378,11 @@ async def _one_hold(client: _Client, api: _Api, take: _Take) -> None:
 
 async def _release(client: _Client, api: _Api, take: _Take) -> None:
     start = time.monotonic()
+    for name in take.names:  # a client killed during the release leaves this behind
+        held = client.held[name]
+        client.record(
+            "release", name, start, "info", hold=held.hold, detail=PENDING, mode=take.mode
+        )
     outcome: Outcome = "ok"
     detail = ""
     try:
