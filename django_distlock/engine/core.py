@@ -318,12 +318,17 @@ def acquire_steps(
         held_as=() if mode == EXCLUSIVE else (stored_mode(mode, limit), limit * (mode == LIMITED)),
     )
     wait = _Waiting(keys, waiter, fair, mode)
+    script = ACQUIRE if mode == EXCLUSIVE else HOLDER_ACQUIRE
+    attempt_keys = wait.attempt_keys()
     try:
         while True:
             sent_at = time.monotonic()
             wait.may_hold = True
             try:
-                reply = yield from _attempt(wait, args, replicas)
+                if wait.waiting and wait.timer_fired:
+                    reply = yield from _attempt_ending_wait(wait, args, replicas)
+                else:
+                    reply = yield Call(script, attempt_keys, args.argv(), replicas)
             except LockBackendUnavailable:
                 if wait.ride_out_until is None or time.monotonic() >= wait.ride_out_until:
                     raise
@@ -399,11 +404,12 @@ def acquire_steps(
                     on_unreleased()
         raise
     finally:
-        with contextlib.suppress(LockError):
-            yield from _leave(wait, liveness_ms)
+        if wait.waiting or wait.consumed or wait.enqueued or wait.writer:
+            with contextlib.suppress(LockError):
+                yield from _leave(wait, liveness_ms)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class AcquireArgs:
     """The ``ARGV`` of :data:`~.scripts.ACQUIRE` and :data:`~.scripts.HOLDER_ACQUIRE`, by
     name (the scripts' headers say what each means)."""
@@ -487,19 +493,17 @@ class _Waiting:
         return self.keys.all() if self.mode == EXCLUSIVE else self.keys.of_holders()
 
 
-def _attempt(
+def _attempt_ending_wait(
     wait: _Waiting, args: AcquireArgs, replicas: tuple[int, int] | None
 ) -> Generator[Op, Any, Any]:
-    """One acquire attempt; after our timer fired, it also ends the outstanding
-    ``BLPOP``, in the same round trip."""
+    """An acquire attempt after our timer fired: it also ends the outstanding ``BLPOP``,
+    in the same round trip."""
     script = ACQUIRE if wait.mode == EXCLUSIVE else HOLDER_ACQUIRE
-    if wait.waiting and wait.timer_fired:
-        wait.waiting = False
-        ending = dataclasses.replace(args, end_wait=True).argv()
-        reply, woken = yield CallEndingWait(Call(script, wait.own_keys(), ending, replicas))
-        wait.consumed = wait.consumed or woken
-        return reply
-    return (yield Call(script, wait.attempt_keys(), args.argv(), replicas))
+    wait.waiting = False
+    ending = dataclasses.replace(args, end_wait=True).argv()
+    reply, woken = yield CallEndingWait(Call(script, wait.own_keys(), ending, replicas))
+    wait.consumed = wait.consumed or woken
+    return reply
 
 
 def _wait_for_wake_up(wait: _Waiting, wake_at: float) -> Generator[Op, Any, None]:
