@@ -45,6 +45,7 @@ from .scripts import (
     RELEASE,
     TTL,
     WAKE,
+    Script,
 )
 from .tuning import Tuning, ms
 
@@ -326,7 +327,7 @@ def acquire_steps(
             wait.may_hold = True
             try:
                 if wait.waiting and wait.timer_fired:
-                    reply = yield from _attempt_ending_wait(wait, args, replicas)
+                    reply = yield from _attempt_ending_wait(wait, script, args, replicas)
                 else:
                     reply = yield Call(script, attempt_keys, args.argv(), replicas)
             except LockBackendUnavailable:
@@ -404,7 +405,7 @@ def acquire_steps(
                     on_unreleased()
         raise
     finally:
-        if wait.waiting or wait.consumed or wait.enqueued or wait.writer:
+        if wait.left_behind():
             with contextlib.suppress(LockError):
                 yield from _leave(wait, liveness_ms)
 
@@ -475,6 +476,10 @@ class _Waiting:
     ride_out_until: float | None = None
     """A failover interrupted our wait: retries ride it out until then."""
 
+    def left_behind(self) -> bool:
+        """Whether leaving without the lock has something to undo or hand on."""
+        return self.waiting or self.consumed or self.enqueued or self.writer
+
     def settle(self, *, holding: bool = False) -> None:
         """Nothing left to clean up (the lock was taken, or given back)."""
         self.may_hold = holding
@@ -494,11 +499,10 @@ class _Waiting:
 
 
 def _attempt_ending_wait(
-    wait: _Waiting, args: AcquireArgs, replicas: tuple[int, int] | None
+    wait: _Waiting, script: Script, args: AcquireArgs, replicas: tuple[int, int] | None
 ) -> Generator[Op, Any, Any]:
-    """An acquire attempt after our timer fired: it also ends the outstanding ``BLPOP``,
-    in the same round trip."""
-    script = ACQUIRE if wait.mode == EXCLUSIVE else HOLDER_ACQUIRE
+    """An acquire attempt (``script``) after our timer fired: it also ends the
+    outstanding ``BLPOP``, in the same round trip."""
     wait.waiting = False
     ending = dataclasses.replace(args, end_wait=True).argv()
     reply, woken = yield CallEndingWait(Call(script, wait.own_keys(), ending, replicas))
@@ -541,7 +545,7 @@ def _leave(wait: _Waiting, liveness_ms: int) -> Generator[Op, Any, None]:
         if woken:
             reply = yield Call(PASS_ON, wait.own_keys(), ("", liveness_ms, "1", "", ""))
             yield from wake_steps(keys, reply[1], liveness_ms)
-    elif wait.consumed or wait.enqueued or wait.writer:
+    elif wait.left_behind():
         handed_on = "1" if wait.consumed else "0"
         reply = yield Call(
             PASS_ON, wait.own_keys(), (queued_as, liveness_ms, handed_on, "", writer_id)
