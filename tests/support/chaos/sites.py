@@ -75,7 +75,14 @@ class ChaosSite:
         raise NotImplementedError
 
     def stop(self) -> None:
-        """Heal and stop every server."""
+        """Heal, then stop every server."""
+        try:
+            self.heal()
+        finally:
+            self._close()
+
+    def _close(self) -> None:
+        """Stop every server (and proxy) :meth:`start` started."""
         raise NotImplementedError
 
     def primaries(self) -> list[RedisServer]:
@@ -204,12 +211,9 @@ class SingleSite(_Proxied):
         self.proxy = TcpProxy(HOST, self.server.port)
         return self
 
-    def stop(self) -> None:
-        try:
-            self.heal()
-        finally:
-            self.proxy.close()
-            self.server.stop()
+    def _close(self) -> None:
+        self.proxy.close()
+        self.server.stop()
 
     def primaries(self) -> list[RedisServer]:
         return [self.server]
@@ -227,12 +231,9 @@ class ReplicatedSite(_Proxied):
         self.proxy = TcpProxy(HOST, self.setup.primary.port)
         return self
 
-    def stop(self) -> None:
-        try:
-            self.heal()
-        finally:
-            self.proxy.close()
-            self.setup.stop()
+    def _close(self) -> None:
+        self.proxy.close()
+        self.setup.stop()
 
     def primaries(self) -> list[RedisServer]:
         return [self.setup.primary]
@@ -269,11 +270,8 @@ class SentinelSite(ChaosSite):
         self.setup = SentinelSetup().start()
         return self
 
-    def stop(self) -> None:
-        try:
-            self.heal()
-        finally:
-            self.setup.stop()
+    def _close(self) -> None:
+        self.setup.stop()
 
     @property
     def target(self) -> dict[str, Any]:
@@ -309,11 +307,8 @@ class ClusterSite(ChaosSite):
         self.setup = ClusterSetup().start()
         return self
 
-    def stop(self) -> None:
-        try:
-            self.heal()
-        finally:
-            self.setup.stop()
+    def _close(self) -> None:
+        self.setup.stop()
 
     @property
     def target(self) -> dict[str, Any]:
