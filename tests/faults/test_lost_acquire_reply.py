@@ -15,7 +15,7 @@ import time
 import pytest
 import redis
 
-from django_distlock.engine import Lock, LockBackendUnavailable
+from django_distlock.engine import Lock, LockBackendUnavailable, LockGroup
 from django_distlock.engine.scripts import RELEASE
 from tests.support.engine import await_until, lock_key, sync_client
 from tests.support.proxy import sends_command
@@ -175,3 +175,22 @@ async def test_an_acquire_answered_after_its_lease_is_over_is_not_a_hold(
         assert not lock.held
     with private_redis.client() as direct:
         assert direct.exists(lock_key(NAME)) == 0  # the spent hold was given back
+
+
+def test_a_group_answered_after_its_lease_is_over_is_not_held(
+    private_redis, make_proxy, make_backend
+):
+    """The same for several names at once: the group gives its names back and is not
+    acquired (it does not try again)."""
+    proxy = make_proxy(private_redis)
+    backend = make_backend(port=proxy.port)
+    names = ["spent:1", "spent:2"]
+    warm_up = LockGroup(names, backend=backend, timeout=5)
+    assert warm_up.acquire(blocking=False)  # connections open before the delay
+    warm_up.release()
+    proxy.delay_client_data(once(acquire_of(names[0])), 0.5)
+    group = LockGroup(names, backend=backend, timeout=0.3, auto_renew=False)
+    assert group.acquire(blocking=False) is False
+    assert not group.held
+    with private_redis.client() as direct:
+        assert not any(direct.exists(lock_key(name)) for name in names)
