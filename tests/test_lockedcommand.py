@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.test import override_settings
 
 from django_distlock import distlock
-from django_distlock.lockedcommand import LockedCommand, LockedCommandMixin
+from django_distlock.commands.locked import LockedCommand, LockedCommandMixin
 from django_distlock.models import HeldLock
 from tests.support import REPO_ROOT
 from tests.support.commands_app.management.commands import sync_catalog

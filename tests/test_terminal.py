@@ -1,4 +1,4 @@
-"""``django_distlock.terminal``: escaping, timestamps and tables for a terminal."""
+"""``django_distlock.commands.terminal``: escaping, timestamps and tables for a terminal."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import datetime
 
 import pytest
 
-from django_distlock.terminal import (
+from django_distlock.commands.terminal import (
     escape_for_terminal,
     holder_label,
     render_table,

@@ -18,8 +18,9 @@ status; ``128 + N`` if it was killed by signal N; ``75`` (``EX_TEMPFAIL``) if th
 stayed busy; ``69`` (``EX_UNAVAILABLE``) if Redis could not be reached; ``70``
 (``EX_SOFTWARE``) if the lock was lost while the program ran (the program was stopped);
 ``127`` if the program was not found and ``126`` if it could not be executed (the
-``EXIT_*`` constants of :mod:`django_distlock.supervisor`, which runs the program). The other
-subcommands exit with ``0`` on success and ``1`` on any error (a ``CommandError``).
+``EXIT_*`` constants of :mod:`django_distlock.commands.supervisor`, which runs the
+program). The other subcommands exit with ``0`` on success and ``1`` on any error (a
+``CommandError``).
 
 Why this module is long: it is one command, whose five subcommands share one parser
 (Django's options after the subcommand, ``run``'s own ``--`` split) and one way of
@@ -41,7 +42,23 @@ from typing import Any, ClassVar
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_distlock.durations import duration_type, format_duration, seconds_type
+from django_distlock.commands.durations import duration_type, format_duration, seconds_type
+from django_distlock.commands.locked import holder_description
+from django_distlock.commands.supervisor import (
+    EXIT_BUSY,
+    EXIT_CANNOT_EXECUTE,
+    EXIT_LOST,
+    EXIT_NOT_FOUND,
+    EXIT_UNAVAILABLE,
+    LockedProgram,
+)
+from django_distlock.commands.terminal import (
+    escape_for_terminal,
+    holder_label,
+    render_table,
+    timestamp_and_age,
+    utc_timestamp,
+)
 from django_distlock.engine import (
     Lock,
     LockBackendUnavailable,
@@ -51,24 +68,8 @@ from django_distlock.engine import (
 )
 from django_distlock.events import prune_events
 from django_distlock.heldlocks import lock_server_eviction_policy
-from django_distlock.lockedcommand import holder_description
 from django_distlock.locks import distlock
 from django_distlock.models import HeldLock, Mode
-from django_distlock.supervisor import (
-    EXIT_BUSY,
-    EXIT_CANNOT_EXECUTE,
-    EXIT_LOST,
-    EXIT_NOT_FOUND,
-    EXIT_UNAVAILABLE,
-    LockedProgram,
-)
-from django_distlock.terminal import (
-    escape_for_terminal,
-    holder_label,
-    render_table,
-    timestamp_and_age,
-    utc_timestamp,
-)
 
 __all__ = ["Command"]
 

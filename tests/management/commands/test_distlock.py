@@ -21,8 +21,13 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_distlock import LockError, distlock
+from django_distlock.commands.supervisor import (
+    EXIT_BUSY,
+    EXIT_LOST,
+    EXIT_NOT_FOUND,
+    EXIT_UNAVAILABLE,
+)
 from django_distlock.models import HeldLock, LockEvent
-from django_distlock.supervisor import EXIT_BUSY, EXIT_LOST, EXIT_NOT_FOUND, EXIT_UNAVAILABLE
 from tests.support import REPO_ROOT
 from tests.support.engine import (
     held_until_a_waiter_blocks,

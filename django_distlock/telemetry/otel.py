@@ -16,7 +16,7 @@ its own, the hold its child).
   with ``distlock.lost.reason``, or ``release_failed``: status ERROR).
 
 Instruments (meter ``django_distlock``), the Prometheus metrics' twins (see
-:mod:`django_distlock.metrics`):
+:mod:`django_distlock.telemetry.prometheus`):
 
 - ``distlock.acquire.duration`` (histogram, ``s``; ``distlock.lock``,
   ``distlock.result``): its count per result is also the count of acquires, so there is
@@ -28,7 +28,7 @@ Instruments (meter ``django_distlock``), the Prometheus metrics' twins (see
   counted when the metrics are collected, not on the lock's path.
 
 The SDK's work (several microseconds a measurement, a span more) runs off the lock's
-path, on the metrics thread (:func:`django_distlock.measurements.deferred`): the lock
+path, on the metrics thread (:func:`django_distlock.telemetry.recorder.deferred`): the lock
 only notes the event and the context current where it happened. Spans get the times the
 events carry, so nothing is kept open while a lock is waited for; a held lock keeps one
 open span.
@@ -44,8 +44,8 @@ from opentelemetry import context, metrics, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, Status, StatusCode
 
-from .engine import Event, Observer
-from .measurements import (
+from ..engine import Event, Observer
+from .recorder import (
     HOLD_BUCKETS,
     WAIT_BUCKETS,
     LiveHolds,

@@ -1,5 +1,5 @@
-"""What the metrics backends (:mod:`django_distlock.metrics` for Prometheus,
-:mod:`django_distlock.otel` for OpenTelemetry) share: the ``lock`` label of an event,
+"""What the metrics backends (:mod:`django_distlock.telemetry.prometheus` for Prometheus,
+:mod:`django_distlock.telemetry.otel` for OpenTelemetry) share: the ``lock`` label of an event,
 what the event counts as, which holds are still running, and the thread that feeds them
 off the lock's path (:func:`deferred`, :func:`flush_metrics`).
 
@@ -26,7 +26,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from .engine import BackgroundWorker, Event, Observer, forget_after_fork
+from ..engine import BackgroundWorker, Event, Observer, forget_after_fork
 
 __all__ = [
     "ACQUIRE_RESULTS",

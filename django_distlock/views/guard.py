@@ -16,7 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import Http404, HttpRequest
 from django.views import View
 
-from .engine import (
+from ..engine import (
     Lock,
     LockBackendUnavailable,
     NameTemplate,
@@ -25,9 +25,9 @@ from .engine import (
     validate_name,
     validate_seconds,
 )
-from .locks import check_kind, distlock
+from ..locks import check_kind, distlock
+from ..settings import get_config
 from .responses import settings_on_busy, settings_on_unavailable
-from .settings import get_config
 
 __all__ = ["Guard", "NameFiller", "bound_view", "dotted_path"]
 

@@ -1,6 +1,6 @@
 """The metrics backends ``DISTLOCK["METRICS"]`` enables, loaded only then:
-``"prometheus"`` (:mod:`django_distlock.metrics`) and ``"otel"``
-(:mod:`django_distlock.otel`). With ``METRICS`` off, neither they nor their libraries are
+``"prometheus"`` (:mod:`django_distlock.telemetry.prometheus`) and ``"otel"``
+(:mod:`django_distlock.telemetry.otel`). With ``METRICS`` off, neither they nor their libraries are
 imported.
 
 :func:`metrics_observer` is what :func:`django_distlock.events.observer_for` adds to the
@@ -17,7 +17,7 @@ from types import ModuleType
 
 from django.core.exceptions import ImproperlyConfigured
 
-from .engine import Event, Observer
+from ..engine import Event, Observer
 
 __all__ = ["BACKENDS", "MetricsBackend", "metrics_observer", "missing_library"]
 
@@ -48,9 +48,11 @@ class MetricsBackend:
 
 BACKENDS: dict[str, MetricsBackend] = {
     "prometheus": MetricsBackend(
-        "prometheus", "django_distlock.metrics", "prometheus_client", "prometheus"
+        "prometheus", "django_distlock.telemetry.prometheus", "prometheus_client", "prometheus"
     ),
-    "otel": MetricsBackend("otel", "django_distlock.otel", "opentelemetry.metrics", "otel"),
+    "otel": MetricsBackend(
+        "otel", "django_distlock.telemetry.otel", "opentelemetry.metrics", "otel"
+    ),
 }
 """Every value of ``DISTLOCK["METRICS"]``, and what it needs."""
 

@@ -1,9 +1,9 @@
 """``lock_view`` and ``LockViewMixin``: views that never run twice at once for one object.
 
-The decorator and the mixin share one guard (:mod:`django_distlock.view_guard`): it
+The decorator and the mixin share one guard (:mod:`django_distlock.views.guard`): it
 fills the lock name from the request, takes a :func:`~django_distlock.distlock` lock
 without waiting (unless asked to), and answers 423 when the lock is busy or 503 when
-Redis is down (:mod:`django_distlock.responses`, whose functions are importable from
+Redis is down (:mod:`django_distlock.views.responses`, whose functions are importable from
 here too). Sync views hold the lock with the sync API, async views with the async API;
 the wrapper is chosen once, when the view is decorated.
 """
@@ -18,8 +18,9 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 
-from .engine import clean_label
-from .locks import check_kind
+from ..engine import clean_label
+from ..locks import check_kind
+from .guard import Guard, OnBusy, OnUnavailable, bound_view, dotted_path
 from .responses import (
     UNAVAILABLE_RETRY_AFTER,
     locked_response,
@@ -27,7 +28,6 @@ from .responses import (
     settings_on_unavailable,
     unavailable_response,
 )
-from .view_guard import Guard, OnBusy, OnUnavailable, bound_view, dotted_path
 
 LockName = str | Callable[..., str]
 ViewT = TypeVar("ViewT", bound=Callable[..., Any])

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
-from .settings import configured_hook
+from ..settings import configured_hook
 
 __all__ = [
     "UNAVAILABLE_RETRY_AFTER",

@@ -47,8 +47,9 @@ from celery.signals import task_revoked, worker_init
 from django.apps import apps
 from kombu.utils.uuid import uuid
 
-from .connections import get_backend
-from .engine import (
+from ..commands.terminal import holder_label, timestamp_and_age
+from ..connections import get_backend
+from ..engine import (
     MAX_CONTEXT_LENGTH,
     Lock,
     LockError,
@@ -60,8 +61,7 @@ from .engine import (
     validate_name,
     validate_seconds,
 )
-from .locks import distlock
-from .terminal import holder_label, timestamp_and_age
+from ..locks import distlock
 
 __all__ = ["LockedTask", "locked_task"]
 

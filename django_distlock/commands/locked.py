@@ -25,8 +25,7 @@ from typing import TYPE_CHECKING, Any
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from .durations import format_duration, seconds_type
-from .engine import (
+from ..engine import (
     LockBackendUnavailable,
     LockError,
     LockLost,
@@ -35,12 +34,13 @@ from .engine import (
     clean_label,
     validate_name,
 )
-from .locks import check_kind, distlock
-from .models import HeldLock
+from ..locks import check_kind, distlock
+from ..models import HeldLock
+from .durations import format_duration, seconds_type
 from .terminal import holder_label, timestamp_and_age
 
 if TYPE_CHECKING:
-    from .engine import Lock
+    from ..engine import Lock
 
     _CommandBase = BaseCommand
 else:

@@ -13,12 +13,12 @@
 ``timeout`` (waited ``blocking_timeout`` in vain), ``error`` (raised). ``reason`` of a
 loss: ``gone``, ``expired``, ``abandoned`` (:class:`~django_distlock.engine.LostCause`).
 ``result`` of a renewal: ``ok``, ``error``, ``lost``. ``lock``: see
-:func:`~django_distlock.measurements.labeller`.
+:func:`~django_distlock.telemetry.recorder.labeller`.
 
 The lock's path only queues the event: the metrics thread of the process
-(:mod:`django_distlock.measurements`) updates them within a tenth of a second, a dict
+(:mod:`django_distlock.telemetry.recorder`) updates them within a tenth of a second, a dict
 lookup and an ``inc``/``observe`` each (in multiprocess mode, a write to a
-memory-mapped file); :func:`~django_distlock.measurements.flush_metrics` waits for it.
+memory-mapped file); :func:`~django_distlock.telemetry.recorder.flush_metrics` waits for it.
 They work in
 prometheus_client's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``, gunicorn), where
 ``distlock_held`` sums the live processes only. Exposing them (a ``/metrics`` view,
@@ -32,8 +32,8 @@ from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
-from .engine import Event, Observer
-from .measurements import (
+from ..engine import Event, Observer
+from .recorder import (
     HOLD_BUCKETS,
     WAIT_BUCKETS,
     LiveHolds,
@@ -100,7 +100,7 @@ class PrometheusMetrics:
     def observer(self, label: str = "template") -> Observer:
         """An observer that updates these metrics from lock events, with the ``lock``
         label of mode ``label`` (``"template"``, ``"prefix"`` or ``"none"``), on the
-        metrics thread (:func:`~django_distlock.measurements.deferred`)."""
+        metrics thread (:func:`~django_distlock.telemetry.recorder.deferred`)."""
         return deferred(_Recorder(self, label))
 
 

@@ -49,7 +49,7 @@ from django.core.exceptions import ImproperlyConfigured
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from .connections import (
+from ..connections import (
     CLUSTER,
     SENTINEL,
     SERVER,
@@ -59,8 +59,8 @@ from .connections import (
     lock_servers,
     redacted,
 )
-from .engine import SAFE_EVICTION_POLICY, unsafe_eviction_policy
-from .settings import (
+from ..engine import SAFE_EVICTION_POLICY, unsafe_eviction_policy
+from ..settings import (
     DEFAULTS,
     EVENT_MODES,
     Config,
@@ -68,7 +68,7 @@ from .settings import (
     get_config,
     validate_setting,
 )
-from .telemetry import BACKENDS, missing_library
+from ..telemetry import BACKENDS, missing_library
 
 __all__ = [
     "PING_TIMEOUT",
