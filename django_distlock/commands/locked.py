@@ -13,8 +13,8 @@ Every such command gains ``--lock-wait SECONDS``, ``--lock-timeout SECONDS`` and
 ``CommandError`` naming the holder; a lock lost while the command ran fails it too, even
 if ``handle()`` returned normally.
 
-:func:`holder_description`, which names a lock's holder in a message, is shared with
-``manage.py distlock run``.
+The messages name a lock's holders as ``manage.py distlock run`` does
+(:func:`~django_distlock.commands.holders.holder_description`).
 """
 
 from __future__ import annotations
@@ -35,9 +35,8 @@ from ..engine import (
     validate_name,
 )
 from ..locks import check_kind, distlock
-from ..models import HeldLock
 from .durations import format_duration, seconds_type
-from .terminal import holder_label, timestamp_and_age
+from .holders import holder_description
 
 if TYPE_CHECKING:
     from ..engine import Lock
@@ -46,36 +45,7 @@ if TYPE_CHECKING:
 else:
     _CommandBase = object
 
-__all__ = ["LockedCommand", "LockedCommandMixin", "busy_message", "holder_description"]
-
-
-SHOWN_HOLDERS = 3
-"""Holders of a shared or limited lock a message names (the others are counted)."""
-
-
-def holder_description(name: str) -> str | None:
-    """``web-3 pid 4242 since 2026-11-22 10:01:02 UTC (12s ago)`` for the current holder
-    of lock ``name``, or ``None`` if nobody holds it (or it cannot be read). The holders
-    of a shared or limited lock are named one after the other (the first three, then
-    how many more), after its mode: ``3 holders (limited 3/3): web-3 pid 4242 since ...;
-    ...``."""
-    try:
-        holds = list(HeldLock.objects.filter(name=name)[: SHOWN_HOLDERS + 1])
-    except (LockError, ImproperlyConfigured):
-        return None
-    if not holds:
-        return None
-    described = "; ".join(
-        f"{holder_label(held.host, held.pid)} since {timestamp_and_age(held.acquired_at)}"
-        for held in holds[:SHOWN_HOLDERS]
-    )
-    first = holds[0]
-    if len(holds) == 1 and first.holders <= 1:
-        return described
-    more = first.holders - SHOWN_HOLDERS
-    if more > 0:
-        described += f"; and {more} more"
-    return f"{first.holders} holders ({first.mode_label}): {described}"
+__all__ = ["LockedCommand", "LockedCommandMixin", "add_wait_and_lease", "busy_message"]
 
 
 def busy_message(name: str, waited: float) -> str:
@@ -93,6 +63,35 @@ def busy_message(name: str, waited: float) -> str:
     return (
         f"lock {shown} is busy (its holder could not be read: it may have released it just "
         "now); try again, or use --lock-wait to wait"
+    )
+
+
+def add_wait_and_lease(
+    parser: Any,
+    *,
+    wait: str,
+    lease: str,
+    default_wait: float | None,
+    shown_wait: float,
+    runs: str,
+) -> None:
+    """Add to ``parser`` (or an argument group) the option ``wait`` (seconds to wait for a
+    busy lock) and the option ``lease`` (the lock's lease, renewed while ``runs`` runs),
+    both durations (``90``, ``1.5``, ``5m``); ``shown_wait`` is the wait ``--help`` gives as
+    the default. Shared by locked commands and ``distlock run``."""
+    parser.add_argument(
+        wait,
+        type=seconds_type(allow_zero=True),
+        default=default_wait,
+        metavar="SECONDS",
+        help=f"wait up to SECONDS for a busy lock (default: {shown_wait:g}, fail at once)",
+    )
+    parser.add_argument(
+        lease,
+        type=seconds_type(allow_zero=False),
+        default=None,
+        metavar="SECONDS",
+        help=f"lease of the lock, renewed while {runs} runs (default: DISTLOCK['TIMEOUT'])",
     )
 
 
@@ -150,19 +149,13 @@ class LockedCommandMixin(_CommandBase):
         call ``super()``)."""
         parser = super().create_parser(prog_name, subcommand, **kwargs)
         group = parser.add_argument_group("distributed lock")
-        group.add_argument(
-            "--lock-wait",
-            type=seconds_type(allow_zero=True),
-            default=None,
-            metavar="SECONDS",
-            help=f"wait up to SECONDS for a busy lock (default: {self.lock_wait:g}, fail at once)",
-        )
-        group.add_argument(
-            "--lock-timeout",
-            type=seconds_type(allow_zero=False),
-            default=None,
-            metavar="SECONDS",
-            help="lease of the lock, renewed while the command runs (default: DISTLOCK['TIMEOUT'])",
+        add_wait_and_lease(
+            group,
+            wait="--lock-wait",
+            lease="--lock-timeout",
+            default_wait=None,
+            shown_wait=self.lock_wait,
+            runs="the command",
         )
         group.add_argument(
             "--no-lock", action="store_true", help="run without taking the lock (careful)"
