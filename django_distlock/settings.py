@@ -20,7 +20,7 @@ from django.utils.module_loading import import_string
 
 from .engine import MAX_SECONDS, validate_prefix, validate_replicas, validate_seconds
 from .telemetry import BACKENDS
-from .telemetry.recorder import LABEL_MODES
+from .telemetry.readings import LABEL_MODES
 
 __all__ = [
     "DEFAULTS",

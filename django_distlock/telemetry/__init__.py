@@ -1,7 +1,8 @@
-"""The metrics backends ``DISTLOCK["METRICS"]`` enables, loaded only then:
-``"prometheus"`` (:mod:`django_distlock.telemetry.prometheus`) and ``"otel"``
-(:mod:`django_distlock.telemetry.otel`). With ``METRICS`` off, neither they nor their libraries are
-imported.
+"""Metrics of locks, fed from lock events: the backends ``DISTLOCK["METRICS"]`` enables,
+loaded only then: ``"prometheus"`` (:mod:`.prometheus`) and ``"otel"`` (:mod:`.otel`).
+With ``METRICS`` off, neither they nor their libraries are imported. What both read from
+an event is in :mod:`.readings`, the thread that feeds them off the lock's path in
+:mod:`.recorder` (:func:`flush_metrics` waits for it).
 
 :func:`metrics_observer` is what :func:`django_distlock.events.observer_for` adds to the
 rows and signals; :func:`missing_library` is what the system check ``E006`` asks.
@@ -18,8 +19,9 @@ from types import ModuleType
 from django.core.exceptions import ImproperlyConfigured
 
 from ..engine import Event, Observer
+from .recorder import flush_metrics
 
-__all__ = ["BACKENDS", "MetricsBackend", "metrics_observer", "missing_library"]
+__all__ = ["BACKENDS", "MetricsBackend", "flush_metrics", "metrics_observer", "missing_library"]
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from opentelemetry.trace import StatusCode
 
 from django_distlock.engine import LockBackendUnavailable, LockLost
 from django_distlock.telemetry import otel
-from django_distlock.telemetry.recorder import HOLD_BUCKETS, WAIT_BUCKETS
+from django_distlock.telemetry.readings import HOLD_BUCKETS, WAIT_BUCKETS
 from tests.support.engine import await_until, lock_key
 from tests.support.metrics import NAME, TEMPLATE, OtelSink, report_lock
 

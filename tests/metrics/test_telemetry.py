@@ -17,8 +17,7 @@ from prometheus_client import REGISTRY
 
 from django_distlock import distlock, lock_view
 from django_distlock.settings import DEFAULTS, _build
-from django_distlock.telemetry import BACKENDS, metrics_observer, missing_library
-from django_distlock.telemetry.recorder import flush_metrics
+from django_distlock.telemetry import BACKENDS, flush_metrics, metrics_observer, missing_library
 from tests.support import REPO_ROOT
 from tests.support.events import events_mode
 from tests.support.metrics import OtelSink

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import CollectorRegistry
 
 from django_distlock.engine import Backend, Lock
-from django_distlock.telemetry.recorder import flush_metrics
+from django_distlock.telemetry import flush_metrics
 
 TEMPLATE = "report:{day}"
 NAME = "report:2026-11-23"
