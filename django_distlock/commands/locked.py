@@ -20,6 +20,7 @@ The messages name a lock's holders as ``manage.py distlock run`` does
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -45,7 +46,13 @@ if TYPE_CHECKING:
 else:
     _CommandBase = object
 
-__all__ = ["LockedCommand", "LockedCommandMixin", "add_wait_and_lease", "busy_message"]
+__all__ = [
+    "LockedCommand",
+    "LockedCommandMixin",
+    "add_wait_and_lease",
+    "busy_message",
+    "command_lock",
+]
 
 
 def busy_message(name: str, waited: float) -> str:
@@ -79,19 +86,44 @@ def add_wait_and_lease(
     busy lock) and the option ``lease`` (the lock's lease, renewed while ``runs`` runs),
     both durations (``90``, ``1.5``, ``5m``); ``shown_wait`` is the wait ``--help`` gives as
     the default. Shared by locked commands and ``distlock run``."""
-    parser.add_argument(
-        wait,
-        type=seconds_type(allow_zero=True),
-        default=default_wait,
-        metavar="SECONDS",
-        help=f"wait up to SECONDS for a busy lock (default: {shown_wait:g}, fail at once)",
-    )
-    parser.add_argument(
-        lease,
-        type=seconds_type(allow_zero=False),
-        default=None,
-        metavar="SECONDS",
-        help=f"lease of the lock, renewed while {runs} runs (default: DISTLOCK['TIMEOUT'])",
+    waiting = f"wait up to SECONDS for a busy lock (default: {shown_wait:g}, fail at once)"
+    leasing = f"lease of the lock, renewed while {runs} runs (default: DISTLOCK['TIMEOUT'])"
+    options = ((wait, True, default_wait, waiting), (lease, False, None, leasing))
+    for flag, allow_zero, default, text in options:
+        parser.add_argument(
+            flag,
+            type=seconds_type(allow_zero=allow_zero),
+            default=default,
+            metavar="SECONDS",
+            help=text,
+        )
+
+
+def command_lock(
+    name: str,
+    *,
+    wait: float,
+    timeout: float | None,
+    context: str,
+    limit: int | None = None,
+    shared: bool = False,
+    on_lost: Callable[[Lock], None] | None = None,
+) -> Lock:
+    """The lock a command holds while it runs: renewed for as long as it runs, waited for
+    up to ``wait`` seconds (``0``: not at all), labelled ``context``. ``TypeError`` or
+    ``ValueError`` for an invalid name or option. Shared by locked commands and
+    ``distlock run``."""
+    validate_name(name, "lock name")
+    return distlock(
+        name,
+        timeout=timeout,
+        blocking=wait > 0,
+        blocking_timeout=wait,
+        auto_renew=True,
+        on_lost=on_lost,
+        context=clean_label(context),
+        limit=limit,
+        shared=shared,
     )
 
 
@@ -234,17 +266,14 @@ class LockedCommandMixin(_CommandBase):
 
     def _build_lock(self, name: str, *, wait: float, timeout: float | None) -> Lock:
         try:
-            validate_name(name, "lock name")
-            return distlock(
+            return command_lock(
                 name,
+                wait=wait,
                 timeout=timeout,
-                blocking=wait > 0,
-                blocking_timeout=wait,
-                auto_renew=True,
-                on_lost=lambda lock: self.on_lock_lost(),
-                context=clean_label(f"manage.py {self.command_name}"),
+                context=f"manage.py {self.command_name}",
                 limit=self.lock_limit,
                 shared=self.lock_shared,
+                on_lost=lambda lock: self.on_lock_lost(),
             )
         except (TypeError, ValueError) as exc:
             raise CommandError(f"invalid lock for {self.command_name}: {exc}") from exc

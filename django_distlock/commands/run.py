@@ -11,10 +11,10 @@ from collections.abc import Callable
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import CommandError
 
-from ..engine import Lock, LockBackendUnavailable, LockNotAcquired, clean_label, validate_name
-from ..locks import distlock
+from ..engine import Lock, LockBackendUnavailable, LockNotAcquired
 from .durations import format_duration
 from .holders import holder_description
+from .locked import command_lock
 from .supervisor import EXIT_BUSY, EXIT_UNAVAILABLE, LockedProgram
 
 __all__ = ["program_lock", "run_program"]
@@ -32,14 +32,11 @@ def program_lock(
     """The lock ``run`` takes: renewed while the program runs, labelled with the
     program's name; ``CommandError`` for an invalid name or option."""
     try:
-        validate_name(name)
-        return distlock(
+        return command_lock(
             name,
+            wait=wait,
             timeout=timeout,
-            blocking=wait > 0,
-            blocking_timeout=wait,
-            auto_renew=True,
-            context=clean_label(f"distlock run {os.path.basename(program[0])}"),
+            context=f"distlock run {os.path.basename(program[0])}",
             limit=limit,
             shared=shared,
         )

@@ -40,6 +40,15 @@ from .recorder import deferred
 __all__ = ["PrometheusMetrics", "observer"]
 
 
+_COUNTERS = (
+    ("distlock_acquire", "Lock acquires, by result: acquired, busy, timeout, error.", "result"),
+    ("distlock_lost", "Locks lost by their holder, by reason: gone, expired, abandoned.", "reason"),
+    ("distlock_renew", "Lease renewals by the watchdog, by result: ok, error, lost.", "result"),
+)
+"""The counters of :class:`PrometheusMetrics` (``acquires``, ``lost``, ``renewals``):
+name, documentation, and the label beside ``lock``."""
+
+
 class PrometheusMetrics:
     """The metrics, registered in ``registry`` (default: prometheus_client's ``REGISTRY``;
     ``None``: none), and :meth:`observer` to feed them. Make one per registry: registering
@@ -65,20 +74,9 @@ class PrometheusMetrics:
             ["lock"],
             buckets=HOLD_BUCKETS,
         )
-        self.acquires = counter(
-            "distlock_acquire",
-            "Lock acquires, by result: acquired, busy, timeout, error.",
-            ["lock", "result"],
-        )
-        self.lost = counter(
-            "distlock_lost",
-            "Locks lost by their holder, by reason: gone, expired, abandoned.",
-            ["lock", "reason"],
-        )
-        self.renewals = counter(
-            "distlock_renew",
-            "Lease renewals by the watchdog, by result: ok, error, lost.",
-            ["lock", "result"],
+        self.acquires, self.lost, self.renewals = (
+            counter(name, documentation, ["lock", label])
+            for name, documentation, label in _COUNTERS
         )
         self.held = Gauge(
             "distlock_held",

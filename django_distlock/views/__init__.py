@@ -94,35 +94,24 @@ def lock_view(
     While the view runs, ``request.distlock`` is the held lock, so the view can fence
     its writes: ``Invoice.objects.filter(pk=pk).fenced_update(request.distlock, ...)``.
     """
-    kind = {"limit": limit, "shared": shared, "reentrant": reentrant}
-    Guard(  # reject bad options at import time, not on the first request
-        name,
-        context=None,
-        blocking_timeout=blocking_timeout,
-        timeout=timeout,
-        auto_renew=auto_renew,
-        fair=fair,
-        on_busy=on_busy,
-        on_unavailable=on_unavailable,
-        fail_open=fail_open,
-        **kind,
-    )
+    options: dict[str, Any] = {
+        "blocking_timeout": blocking_timeout,
+        "timeout": timeout,
+        "auto_renew": auto_renew,
+        "fair": fair,
+        "on_busy": on_busy,
+        "on_unavailable": on_unavailable,
+        "fail_open": fail_open,
+        "limit": limit,
+        "shared": shared,
+        "reentrant": reentrant,
+    }
+    Guard(name, context=None, **options)  # bad options fail at import, not on a request
 
     def decorator(view: ViewT) -> ViewT:
         if not callable(view):
             raise TypeError(f"lock_view decorates views, not {type(view).__name__}")
-        guard = Guard(
-            name,
-            context=dotted_path(view),
-            blocking_timeout=blocking_timeout,
-            timeout=timeout,
-            auto_renew=auto_renew,
-            fair=fair,
-            on_busy=on_busy,
-            on_unavailable=on_unavailable,
-            fail_open=fail_open,
-            **kind,
-        )
+        guard = Guard(name, context=dotted_path(view), **options)
         guard.namer.check_signature(view)
         instance = bound_view(view)
         # An async class-based view's dispatch() is a plain method returning a coroutine.
