@@ -232,6 +232,8 @@ def test_links_between_docs_resolve() -> None:
         "django_distlock.engine.templates",
         "django_distlock.commands.supervisor",
         "django_distlock.commands.terminal",
+        "django_distlock.heldlocks",
+        "django_distlock.telemetry.readings",
     ],
 )
 def test_docstring_examples_run(module_name: str) -> None:
