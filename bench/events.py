@@ -123,7 +123,7 @@ def main() -> int:
         place(pin, server)
         configure_django(server.url, database)
 
-        from django_distlock import eventwriter
+        from django_distlock.events import writer as eventwriter
         from django_distlock.models import LockEvent
 
         durations: dict[str, list[int]] = {mode: [] for mode in MODES}

@@ -101,7 +101,7 @@ def run_round(mode: str, cycles: int) -> tuple[list[int], int, int, int, int]:
 
     from django_distlock import distlock
     from django_distlock.connections import get_backend
-    from django_distlock.measurements import flush_metrics
+    from django_distlock.telemetry import flush_metrics
 
     template = distlock("bench:{mode}")
     name = f"bench:{mode}"
@@ -187,7 +187,7 @@ def measure(rounds: int, cycles: int, pin: str, multiprocess: bool) -> int:
 
     from prometheus_client import REGISTRY
 
-    from django_distlock.measurements import flush_metrics
+    from django_distlock.telemetry import flush_metrics
 
     flush_metrics()
     counted = REGISTRY.get_sample_value(

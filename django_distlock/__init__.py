@@ -24,8 +24,8 @@ from .engine import (
 )
 
 if TYPE_CHECKING:
+    from .commands.locked import LockedCommand, LockedCommandMixin
     from .fencing import FencedQuerySet, FenceField, StaleFence
-    from .lockedcommand import LockedCommand, LockedCommandMixin
     from .locks import distlock, distlock_many
     from .views import LockViewMixin, lock_view
 
@@ -53,8 +53,8 @@ _LAZY = {
     "distlock_many": ".locks",
     "lock_view": ".views",
     "LockViewMixin": ".views",
-    "LockedCommand": ".lockedcommand",
-    "LockedCommandMixin": ".lockedcommand",
+    "LockedCommand": ".commands.locked",
+    "LockedCommandMixin": ".commands.locked",
     "FenceField": ".fencing",
     "FencedQuerySet": ".fencing",
     "StaleFence": ".fencing",

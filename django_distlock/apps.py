@@ -41,4 +41,4 @@ class DistlockConfig(AppConfig):
             # A worker (the celery command loaded Celery before it set Django up) or a
             # project that loads its Celery app with its settings. Loaded by name:
             # importing django_distlock must never import Celery.
-            importlib.import_module("django_distlock.celery").guard_workers()
+            importlib.import_module("django_distlock.celery.workers").guard_workers()

@@ -36,6 +36,7 @@ __all__ = [
     "HeldLockManager",
     "HeldLockQuerySet",
     "lock_server_eviction_policy",
+    "owner_label",
     "record_force_releases_with",
     "release_held_lock",
 ]
@@ -52,6 +53,16 @@ Filter = tuple[str, Any]
 """A name lookup: ``(lookup, value)``; the value is a frozenset for ``in``."""
 
 _recorder: Callable[..., None] | None = None
+
+
+def owner_label(host: str, pid: int | None, thread: str) -> str:
+    """``host:pid thread``: the process and thread or task that holds a lock (or that an
+    event is about), the one way the admin, the commands and the logs name it.
+
+    >>> owner_label("web-3", 4242, "MainThread")
+    'web-3:4242 MainThread'
+    """
+    return f"{host or '-'}:{'-' if pid is None else pid} {thread or '-'}"
 
 
 def record_force_releases_with(recorder: Callable[..., None] | None) -> None:

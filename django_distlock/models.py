@@ -12,14 +12,9 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from .engine import EXCLUSIVE, LIMITED, MAX_NAME_LENGTH, SHARED
-from .heldlocks import HeldLockManager, release_held_lock
+from .heldlocks import HeldLockManager, owner_label, release_held_lock
 
 __all__ = ["HeldLock", "LockEvent", "Mode"]
-
-
-def owner_label(host: str, pid: int | None, thread: str) -> str:
-    """``host:pid thread``: a process and its thread or task, the same on every page."""
-    return f"{host or '-'}:{'-' if pid is None else pid} {thread or '-'}"
 
 
 class Mode(models.TextChoices):

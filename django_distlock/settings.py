@@ -19,8 +19,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from .engine import MAX_SECONDS, validate_prefix, validate_replicas, validate_seconds
-from .measurements import LABEL_MODES
 from .telemetry import BACKENDS
+from .telemetry.readings import LABEL_MODES
 
 __all__ = [
     "DEFAULTS",

@@ -190,7 +190,7 @@ def event_writer(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., Any]
     only when told, ``interval=3600``) installed as this process's writer, stopped
     afterwards, so that no event of another test is written during this one, nor this
     test's later."""
-    from django_distlock import eventwriter
+    from django_distlock.events import writer as eventwriter
 
     writers: list[eventwriter.BufferedEventWriter] = []
     previous = eventwriter.current_writer()

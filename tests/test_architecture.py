@@ -174,8 +174,8 @@ def test_only_the_metrics_backends_import_their_libraries():
         for name in MODULES
     }
     assert {name: found for name, found in importers.items() if found} == {
-        "django_distlock.metrics": ["prometheus_client"],
-        "django_distlock.otel": ["opentelemetry"],
+        "django_distlock.telemetry.prometheus": ["prometheus_client"],
+        "django_distlock.telemetry.otel": ["opentelemetry"],
     }
 
 

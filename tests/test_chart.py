@@ -1,4 +1,4 @@
-"""``django_distlock.chart``: the pure functions behind the lock-events admin's chart
+"""``django_distlock.admin.chart``: the pure functions behind the lock-events admin's chart
 (buckets, granularity, percentiles, the SVG)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from django_distlock import chart
+from django_distlock.admin import chart
 from django_distlock.models import LockEvent
 from tests.support.admin import bars, legend
 

@@ -168,7 +168,7 @@ def test_close_books_refuses_a_second_run(
         second = demo("close_books", "--steps", "1", check=False)
         assert second.returncode == 1
         assert "lock 'close_books' is held by" in second.stderr
-        assert f"pid {first.pid}" in second.stderr
+        assert f":{first.pid} MainThread since " in second.stderr
         stdout, stderr = first.communicate(timeout=30)
     assert first.returncode == 0, stderr
     assert "step 6/6" in stdout

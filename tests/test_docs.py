@@ -224,14 +224,16 @@ def test_links_between_docs_resolve() -> None:
 @pytest.mark.parametrize(
     "module_name",
     [
-        "django_distlock.durations",
+        "django_distlock.commands.durations",
         "django_distlock.engine",
         "django_distlock.engine.backend",
         "django_distlock.engine.keys",
         "django_distlock.engine.records",
         "django_distlock.engine.templates",
-        "django_distlock.supervisor",
-        "django_distlock.terminal",
+        "django_distlock.commands.supervisor",
+        "django_distlock.commands.terminal",
+        "django_distlock.heldlocks",
+        "django_distlock.telemetry.readings",
     ],
 )
 def test_docstring_examples_run(module_name: str) -> None:

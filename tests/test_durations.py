@@ -1,4 +1,5 @@
-"""``django_distlock.durations``: reading and writing ``30d``, ``12h``, ``90m``, ``45s``."""
+"""``django_distlock.commands.durations``: reading and writing ``30d``, ``12h``, ``90m``,
+``45s``."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import datetime
 
 import pytest
 
-from django_distlock.durations import (
+from django_distlock.commands.durations import (
     duration_type,
     format_duration,
     format_milliseconds,

@@ -1,4 +1,4 @@
-"""``django_distlock.eventrows``: lock events as database rows: timestamps as the ORM
+"""``django_distlock.events.rows``: lock events as database rows: timestamps as the ORM
 stores them, every column filled, a bad row losing only itself, COPY on PostgreSQL."""
 
 from __future__ import annotations
@@ -15,8 +15,11 @@ from django.db import connection
 from django.test import override_settings
 from django.utils import timezone
 
-from django_distlock import distlock, eventlosses, eventrows, eventwriter
+from django_distlock import distlock
 from django_distlock.engine import Event
+from django_distlock.events import losses as eventlosses
+from django_distlock.events import rows as eventrows
+from django_distlock.events import writer as eventwriter
 from django_distlock.models import LockEvent
 from tests.support import REPO_ROOT
 from tests.support.events import events_mode

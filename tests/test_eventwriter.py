@@ -1,4 +1,4 @@
-"""``django_distlock.eventwriter``: the async writer's buffer, thread and flushes, database
+"""``django_distlock.events.writer``: the async writer's buffer, thread and flushes, database
 outages, process exit and fork, and its hourly prune."""
 
 from __future__ import annotations
@@ -19,8 +19,10 @@ import pytest
 from django.db import connection, transaction
 from django.utils import timezone
 
-from django_distlock import distlock, eventlosses, eventwriter
+from django_distlock import distlock
 from django_distlock.events import flush_events
+from django_distlock.events import losses as eventlosses
+from django_distlock.events import writer as eventwriter
 from django_distlock.models import LockEvent
 from tests.support import REPO_ROOT
 from tests.support.events import HungDatabase, events_mode, kinds
@@ -267,7 +269,8 @@ settings.configure(
 )
 django.setup()
 from django.db import connections
-from django_distlock import distlock, eventwriter
+from django_distlock import distlock
+from django_distlock.events import writer as eventwriter
 
 eventwriter.CONNECT_TIMEOUT = 2  # psycopg's least
 eventwriter.EXIT_TIMEOUT = 0.5
@@ -336,7 +339,8 @@ settings.configure(
 django.setup()
 from django.core.management import call_command
 call_command("migrate", verbosity=0)
-from django_distlock import distlock, events, eventwriter
+from django_distlock import distlock, events
+from django_distlock.events import writer as eventwriter
 eventwriter.FLUSH_INTERVAL = 3600.0  # nothing is written before the process ends
 """
 

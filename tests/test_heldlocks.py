@@ -20,11 +20,12 @@ from django.core.exceptions import FieldError
 from django.test import override_settings
 
 from django_distlock import LockLost, distlock
+from django_distlock.commands.terminal import escape_for_terminal
 from django_distlock.connections import get_backend
 from django_distlock.engine import Lock, Tuning
 from django_distlock.engine.keys import BUCKETS
 from django_distlock.engine.listing import Listing
-from django_distlock.heldlocks import HeldLockQuerySet
+from django_distlock.heldlocks import HeldLockQuerySet, owner_label
 from django_distlock.models import HeldLock
 from django_distlock.signals import lock_force_released
 from tests.support.engine import keys_of, lock_key, stored_lock
@@ -735,3 +736,10 @@ def test_force_release_of_a_hold_records_its_mode(redis_client, django_user_mode
     assert (event.mode, event.limit, event.fence) == ("limited", 3, lock.fence)
     with pytest.raises(LockLost):
         lock.release()
+
+
+def test_owner_label_names_the_host_pid_and_thread():
+    assert owner_label("web-3", 4242, "MainThread") == "web-3:4242 MainThread"
+    assert owner_label("", None, "") == "-:- -"
+    # The commands escape it for the terminal: a host is written by any Redis client.
+    assert escape_for_terminal(owner_label("evil\x1b[2J", 1, "t")) == "evil\\x1b[2J:1 t"

@@ -18,7 +18,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.test import override_settings
 
 from django_distlock import distlock
-from django_distlock.lockedcommand import LockedCommand, LockedCommandMixin
+from django_distlock.commands.locked import LockedCommand, LockedCommandMixin
 from django_distlock.models import HeldLock
 from tests.support import REPO_ROOT
 from tests.support.commands_app.management.commands import sync_catalog
@@ -82,7 +82,9 @@ def test_busy_lock_is_a_command_error_naming_the_holder(redis_client):
     with distlock("sync_catalog", context="test"), pytest.raises(CommandError) as info:
         _run("sync_catalog")
     message = str(info.value)
-    assert message.startswith(f"lock 'sync_catalog' is held by {HOSTNAME} pid {os.getpid()} since ")
+    assert message.startswith(
+        f"lock 'sync_catalog' is held by {HOSTNAME}:{os.getpid()} MainThread since "
+    )
     assert " UTC (" in message
     assert "ago); use --lock-wait to wait" in message
 
@@ -380,7 +382,7 @@ def test_two_manage_py_processes_contend(redis_client, processes):
         _manage("sync_catalog"), cwd=REPO_ROOT, capture_output=True, text=True, timeout=30
     )
     assert second.returncode == 1
-    assert f"is held by {HOSTNAME} pid {holder.pid} since " in second.stderr
+    assert f"is held by {HOSTNAME}:{holder.pid} MainThread since " in second.stderr
     assert second.stdout == ""
 
     # A third one waits, and runs once the holder lets go.
@@ -406,7 +408,7 @@ def test_lock_limit_lets_n_runs_hold_the_lock(redis_client):
             _run("export_reports")
     message = str(info.value)
     assert message.startswith("lock 'export_reports' is held by 2 holders (limited 2/2): ")
-    assert message.count(f"{HOSTNAME} pid {os.getpid()} since ") == 2
+    assert message.count(f"{HOSTNAME}:{os.getpid()} MainThread since ") == 2
     assert message.endswith("; use --lock-wait to wait")
     assert not redis_client.exists(lock_key("export_reports"))
 
@@ -426,7 +428,7 @@ def test_a_busy_limited_lock_names_three_holders_and_counts_the_others(redis_cli
         call_command(Command(), stdout=io.StringIO())
     message = str(info.value)
     assert message.startswith("lock 'export_reports' is held by 5 holders (limited 5/5): ")
-    assert message.count(" pid ") == 3
+    assert message.count(" since ") == 3
     assert "; and 2 more; use --lock-wait to wait" in message
 
 

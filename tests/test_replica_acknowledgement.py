@@ -21,7 +21,7 @@ from django.test import Client, override_settings
 from django.urls import path, reverse
 
 from django_distlock import LockBackendUnavailable, LockNotReplicated, distlock
-from django_distlock.chart import DEFAULT_COLOURS
+from django_distlock.admin.chart import DEFAULT_COLOURS
 from django_distlock.connections import get_backend
 from django_distlock.engine import Lock
 from django_distlock.models import LockEvent

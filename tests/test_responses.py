@@ -1,4 +1,4 @@
-"""``django_distlock.responses``: what a guarded view answers instead of running: 423
+"""``django_distlock.views.responses``: what a guarded view answers instead of running: 423
 while its lock is busy, 503 while Redis is down, or the ``on_busy``/``on_unavailable``
 callables of the view or the settings."""
 

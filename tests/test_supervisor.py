@@ -1,4 +1,4 @@
-"""``django_distlock.supervisor``: a program run under an engine lock, without Django
+"""``django_distlock.commands.supervisor``: a program run under an engine lock, without Django
 (``tests/management/commands/test_distlock.py`` drives the same through
 ``manage.py distlock run``)."""
 
@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 import redis
 
-from django_distlock import supervisor
-from django_distlock.engine import Backend, Lock, LockNotAcquired
-from django_distlock.supervisor import (
+from django_distlock.commands import supervisor
+from django_distlock.commands.supervisor import (
     EXIT_LOST,
     EXIT_NOT_FOUND,
     FORWARDED_SIGNALS,
@@ -27,6 +26,7 @@ from django_distlock.supervisor import (
     exit_status,
     forward_signal,
 )
+from django_distlock.engine import Backend, Lock, LockNotAcquired
 from tests.support import REPO_ROOT
 from tests.support.engine import lock_key, python, stored_lock, wait_until
 from tests.support.programs import WritingScript, writing_script
@@ -271,7 +271,7 @@ def test_imports_without_django_on_a_platform_without_sighup_or_sigquit():
     code = """
         import signal, sys
         del signal.SIGHUP, signal.SIGQUIT
-        from django_distlock import supervisor
+        from django_distlock.commands import supervisor
         print(sorted(s.name for s in supervisor.FORWARDED_SIGNALS))
         print(sorted(m for m in sys.modules if m == "django" or m.startswith("django.")))
     """

@@ -1,4 +1,4 @@
-"""``django_distlock.terminal``: escaping, timestamps and tables for a terminal."""
+"""``django_distlock.commands.terminal``: escaping, timestamps and tables for a terminal."""
 
 from __future__ import annotations
 
@@ -6,9 +6,8 @@ import datetime
 
 import pytest
 
-from django_distlock.terminal import (
+from django_distlock.commands.terminal import (
     escape_for_terminal,
-    holder_label,
     render_table,
     timestamp_and_age,
     utc_timestamp,
@@ -46,11 +45,6 @@ def test_timestamp_and_age():
 def test_timestamp_and_age_reads_a_future_moment_as_now():
     # Clock skew between hosts: the holder's clock may run ahead of ours.
     assert timestamp_and_age(MOMENT, now=MOMENT.timestamp() - 5).endswith("(0s ago)")
-
-
-def test_holder_label_escapes_the_host():
-    assert holder_label("web-3", 4242) == "web-3 pid 4242"
-    assert holder_label("evil\x1b[2J", 1) == "evil\\x1b[2J pid 1"
 
 
 def test_render_table_pads_columns_and_aligns_right_where_asked():

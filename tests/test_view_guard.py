@@ -1,4 +1,4 @@
-"""``django_distlock.view_guard``: lock names filled from the request (templates, callables,
+"""``django_distlock.views.guard``: lock names filled from the request (templates, callables,
 ``lock_name`` methods) and refused when they cannot be, and ``fail_open`` while Redis is
 down."""
 

@@ -15,9 +15,9 @@ from django.utils.safestring import mark_safe
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from .. import chart
-from ..durations import format_milliseconds
+from ..commands.durations import format_milliseconds
 from ..models import LockEvent, Mode
+from . import chart
 
 __all__ = ["LockEventAdmin", "LockEventAdminQuerySet", "event_chart_context"]
 

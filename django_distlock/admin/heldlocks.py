@@ -27,7 +27,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_http_methods
 
-from ..durations import format_duration
+from ..commands.durations import format_duration
 from ..heldlocks import lock_server_eviction_policy
 from ..models import HeldLock, LockEvent, Mode
 

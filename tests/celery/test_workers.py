@@ -101,7 +101,7 @@ def test_a_skipped_run_is_a_visible_result_and_a_log_line(workers, key):
     logs = workers[0].log() + workers[1].log()
     line = f"tests.support.celery_app.skip_if_busy[{result.id}] skipped: lock 'skip:{key}' is held"
     assert f"{line} by " in logs
-    assert f" pid {os.getpid()} since " in logs
+    assert f":{os.getpid()} MainThread since " in logs
 
 
 def test_retry_waits_the_holders_remaining_lease(workers, note_client, key):

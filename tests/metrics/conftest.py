@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from django_distlock.engine import Backend
-from django_distlock.metrics import PrometheusMetrics
+from django_distlock.telemetry.prometheus import PrometheusMetrics
 from tests.engine.conftest import (  # noqa: F401 - fixtures shared with the engine tests
     api,
     backend,

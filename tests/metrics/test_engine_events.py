@@ -13,7 +13,7 @@ from prometheus_client import REGISTRY
 from django_distlock import distlock
 from django_distlock import signals as distlock_signals
 from django_distlock.engine import Lock, LockBackendUnavailable, LockLost, LostCause
-from django_distlock.measurements import flush_metrics
+from django_distlock.telemetry import flush_metrics
 from tests.support.engine import await_until, lock_key, wait_until
 from tests.support.events import events_mode, kinds
 from tests.support.metrics import NAME, TEMPLATE, report_lock

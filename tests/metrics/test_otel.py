@@ -1,4 +1,4 @@
-"""django_distlock.otel: ``distlock.acquire`` and ``distlock.hold`` spans and the
+"""django_distlock.telemetry.otel: ``distlock.acquire`` and ``distlock.hold`` spans and the
 instruments, read back from the SDK's in-memory span exporter and metric reader."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.trace import StatusCode
 
-from django_distlock import otel
 from django_distlock.engine import LockBackendUnavailable, LockLost
-from django_distlock.measurements import HOLD_BUCKETS, WAIT_BUCKETS
+from django_distlock.telemetry import otel
+from django_distlock.telemetry.readings import HOLD_BUCKETS, WAIT_BUCKETS
 from tests.support.engine import await_until, lock_key
 from tests.support.metrics import NAME, TEMPLATE, OtelSink, report_lock
 

@@ -1,4 +1,4 @@
-"""django_distlock.metrics: every Prometheus metric moves as it should, for each way an
+"""django_distlock.telemetry.prometheus: every Prometheus metric moves as it should, for each way an
 acquire ends (acquired, busy, timeout, error), for holds that end (released, lost, a
 release Redis did not answer) and for renewals, sync and async, on real servers."""
 
@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from django_distlock.engine import Lock, LockBackendUnavailable, LockLost
-from django_distlock.metrics import PrometheusMetrics, observer
+from django_distlock.telemetry.prometheus import PrometheusMetrics, observer
 from tests.support.engine import await_until, lock_key
 from tests.support.metrics import NAME, TEMPLATE, report_lock
 

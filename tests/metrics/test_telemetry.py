@@ -16,9 +16,8 @@ from django.http import HttpResponse
 from prometheus_client import REGISTRY
 
 from django_distlock import distlock, lock_view
-from django_distlock.measurements import flush_metrics
 from django_distlock.settings import DEFAULTS, _build
-from django_distlock.telemetry import BACKENDS, metrics_observer, missing_library
+from django_distlock.telemetry import BACKENDS, flush_metrics, metrics_observer, missing_library
 from tests.support import REPO_ROOT
 from tests.support.events import events_mode
 from tests.support.metrics import OtelSink
@@ -159,7 +158,11 @@ def test_with_metrics_off_neither_backend_is_imported(redis_server):
                 run_checks()
                 with distlock("metrics-off"):
                     pass
-                names = ("prometheus_client", "django_distlock.metrics", "django_distlock.otel")
+                names = (
+                    "prometheus_client",
+                    "django_distlock.telemetry.prometheus",
+                    "django_distlock.telemetry.otel",
+                )
                 print(sorted(set(names) & set(sys.modules)))
                 """
             ),

@@ -84,7 +84,7 @@ RUN_ELSEWHERE = {
 NOT_CODE = {
     (
         "docs/architecture.md",
-        "  Django faces    views  view_guard  responses  lockedcommand  the distlock command",
+        "  Django faces    views/  commands/ (locked, listing, release, run) and the distlock",
     ): ("a picture of the layers"),
     ("docs/commands.md", "manage.py distlock list [--prefix P]"): "usage synopsis",
     ("docs/fencing.md", "UPDATE billing_invoice SET status = 'paid', fence = <lock.fence>"): (

@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import CollectorRegistry
 
 from django_distlock.engine import Backend, Lock
-from django_distlock.measurements import flush_metrics
+from django_distlock.telemetry import flush_metrics
 
 TEMPLATE = "report:{day}"
 NAME = "report:2026-11-23"
@@ -39,7 +39,7 @@ class Samples:
 
 class OtelSink:
     """An OpenTelemetry SDK that keeps what it gets: finished spans (``spans()``) and
-    metric points (``points()``), for ``django_distlock.otel.observer(...)`` or as the
+    metric points (``points()``), for ``django_distlock.telemetry.otel.observer(...)`` or as the
     global providers. Both wait for the metrics thread first."""
 
     def __init__(self) -> None:

@@ -31,7 +31,7 @@ def work(worker: int, cycles: int, hold: bool, holding: Event) -> None:
     from django.test.utils import override_settings
 
     from django_distlock import distlock
-    from django_distlock.measurements import flush_metrics
+    from django_distlock.telemetry import flush_metrics
 
     with override_settings(DISTLOCK={"EVENTS": "off", "METRICS": "prometheus"}):
 

@@ -18,63 +18,42 @@ status; ``128 + N`` if it was killed by signal N; ``75`` (``EX_TEMPFAIL``) if th
 stayed busy; ``69`` (``EX_UNAVAILABLE``) if Redis could not be reached; ``70``
 (``EX_SOFTWARE``) if the lock was lost while the program ran (the program was stopped);
 ``127`` if the program was not found and ``126`` if it could not be executed (the
-``EXIT_*`` constants of :mod:`django_distlock.supervisor`, which runs the program). The other
-subcommands exit with ``0`` on success and ``1`` on any error (a ``CommandError``).
+``EXIT_*`` constants of :mod:`django_distlock.commands.supervisor`, which runs the
+program). The other subcommands exit with ``0`` on success and ``1`` on any error (a
+``CommandError``).
 
-Why this module is long: it is one command, whose five subcommands share one parser
-(Django's options after the subcommand, ``run``'s own ``--`` split) and one way of
-reporting Redis errors; each subcommand is an argparse setup and a short handler, and
-the work itself lives elsewhere (``HeldLock.objects``, ``supervisor``, ``events``).
+This module is the command's parser (Django's options after the subcommand, ``run``'s
+own ``--`` split) and a short handler per subcommand; the work lives in
+:mod:`django_distlock.commands` (``listing``, ``release``, ``run``) and
+:func:`django_distlock.events.prune_events`.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
-import os
 import sys
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_distlock.durations import duration_type, format_duration, seconds_type
-from django_distlock.engine import (
-    Lock,
-    LockBackendUnavailable,
-    LockNotAcquired,
-    clean_label,
-    validate_name,
-)
-from django_distlock.events import prune_events
-from django_distlock.heldlocks import lock_server_eviction_policy
-from django_distlock.lockedcommand import holder_description
-from django_distlock.locks import distlock
-from django_distlock.models import HeldLock, Mode
-from django_distlock.supervisor import (
+from django_distlock.commands.durations import duration_type, format_duration, seconds_type
+from django_distlock.commands.holders import holds_of
+from django_distlock.commands.listing import eviction_warning, held_locks, hold_lines, listing_lines
+from django_distlock.commands.locked import add_wait_and_lease
+from django_distlock.commands.release import force_release
+from django_distlock.commands.run import program_lock, run_program
+from django_distlock.commands.supervisor import (
     EXIT_BUSY,
     EXIT_CANNOT_EXECUTE,
     EXIT_LOST,
     EXIT_NOT_FOUND,
     EXIT_UNAVAILABLE,
-    LockedProgram,
 )
-from django_distlock.terminal import (
-    escape_for_terminal,
-    holder_label,
-    render_table,
-    timestamp_and_age,
-    utc_timestamp,
-)
+from django_distlock.events import prune_events
 
 __all__ = ["Command"]
-
-_LIST_HEADERS = ["NAME", "MODE", "HOLDER", "CONTEXT", "FENCE", "HELD FOR", "TTL", "AUTO-RENEW"]
-_LIST_COLUMN_LIMITS = {"NAME": 48, "HOLDER": 40, "CONTEXT": 32}
-_LIST_RIGHT_ALIGNED = frozenset({"FENCE", "HELD FOR", "TTL"})
 
 
 class _SubcommandParser(CommandParser):
@@ -108,19 +87,6 @@ def _django_options() -> argparse.ArgumentParser:
     for flag in ("--traceback", "--no-color", "--force-color"):
         options.add_argument(flag, action="store_true", **hidden)
     return options
-
-
-@contextlib.contextmanager
-def _redis_errors() -> Iterator[None]:
-    """Turn an unreachable or misconfigured Redis into a ``CommandError``."""
-    try:
-        yield
-    except LockBackendUnavailable as exc:
-        cause = exc.__cause__
-        detail = f"{type(cause).__name__}: {cause}" if cause is not None else str(exc)
-        raise CommandError(f"cannot reach Redis: {detail}") from exc
-    except ImproperlyConfigured as exc:
-        raise CommandError(f"django-distlock is misconfigured: {exc}") from exc
 
 
 class Command(BaseCommand):
@@ -187,19 +153,8 @@ class Command(BaseCommand):
         assert isinstance(run, _SubcommandParser)
         run.program_dest = "program"
         run.add_argument("name", metavar="NAME", help="the lock's name")
-        run.add_argument(
-            "--wait",
-            type=seconds_type(allow_zero=True),
-            default=0.0,
-            metavar="SECONDS",
-            help="wait up to SECONDS for a busy lock (default: 0, fail at once)",
-        )
-        run.add_argument(
-            "--timeout",
-            type=seconds_type(allow_zero=False),
-            default=None,
-            metavar="SECONDS",
-            help="lease of the lock, renewed while CMD runs (default: DISTLOCK['TIMEOUT'])",
+        add_wait_and_lease(
+            run, wait="--wait", lease="--timeout", default_wait=0.0, shown_wait=0, runs="CMD"
         )
         run.add_argument(
             "--grace",
@@ -241,74 +196,21 @@ class Command(BaseCommand):
 
     def handle_list(self, *, prefix: str, **options: Any) -> None:
         """``list [--prefix P]``: a table of held locks."""
-        with _redis_errors():
-            queryset = HeldLock.objects.all()
-            if prefix:
-                queryset = queryset.filter(name__startswith=prefix)
-            locks = list(queryset.order_by("name"))
-        policy = lock_server_eviction_policy()
-        if policy is not None:
-            self.stderr.write(
-                f"Warning: the lock server evicts keys (maxmemory-policy {policy}): held "
-                "locks can vanish. Use noeviction.",
-                self.style.WARNING,
-            )
-        if not locks:
-            self.stdout.write("No locks held.")
-            return
-        now = time.time()
-        rows = [
-            [
-                escape_for_terminal(held.name),
-                held.mode_label,
-                escape_for_terminal(held.owner),
-                escape_for_terminal(held.context),
-                str(held.fence),
-                format_duration(now - held.acquired_at.timestamp()),
-                format_duration(held.ttl),
-                "yes" if held.auto_renew else "no",
-            ]
-            for held in locks
-        ]
-        table = render_table(
-            _LIST_HEADERS,
-            rows,
-            column_limits=_LIST_COLUMN_LIMITS,
-            right_aligned=_LIST_RIGHT_ALIGNED,
-        )
-        for line in table:
+        locks = held_locks(prefix)
+        warning = eviction_warning()
+        if warning is not None:
+            self.stderr.write(warning, self.style.WARNING)
+        for line in listing_lines(locks):
             self.stdout.write(line)
-        names = len({held.name for held in locks})
-        summary = f"{names} lock{'s' if names != 1 else ''} held"
-        if len(locks) != names:
-            summary += f" ({len(locks)} holds)"
-        self.stdout.write(f"{summary}.")
 
     def handle_show(self, *, name: str, **options: Any) -> None:
         """``show NAME``: every field of each hold of one held lock."""
-        holds = self._holds(name)
+        holds = holds_of(name)
         for number, held in enumerate(holds, 1):
             if len(holds) > 1:
                 self.stdout.write(("" if number == 1 else "\n") + f"hold {number} of {len(holds)}")
-            self._show_hold(held)
-
-    def _show_hold(self, held: HeldLock) -> None:
-        fields = [
-            ("name", escape_for_terminal(held.name)),
-            ("mode", held.mode_label),
-            ("host", escape_for_terminal(held.host)),
-            ("pid", str(held.pid)),
-            ("thread", escape_for_terminal(held.thread)),
-            ("context", escape_for_terminal(held.context)),
-            ("fence", str(held.fence)),
-            ("acquired at", timestamp_and_age(held.acquired_at)),
-            ("lease", format_duration(held.lease)),
-            ("TTL remaining", format_duration(held.ttl)),
-            ("auto-renew", "yes" if held.auto_renew else "no"),
-        ]
-        width = max(len(label) for label, _ in fields) + 1
-        for label, value in fields:
-            self.stdout.write(f"{label + ':':<{width}} {value}")
+            for line in hold_lines(held):
+                self.stdout.write(line)
 
     def handle_release(
         self, *, name: str, force: bool, fence: int | None = None, **options: Any
@@ -320,34 +222,7 @@ class Command(BaseCommand):
                 f"refusing to release lock {name!r} without --force: its holder may still be "
                 "working, and releasing it lets another process in at the same time"
             )
-        holds = self._holds(name)
-        if fence is not None:
-            chosen = [held for held in holds if held.fence == fence]
-            if not chosen:
-                raise CommandError(f"lock {name!r} has no hold with fence {fence}")
-            holds = chosen
-        if len(holds) > 1:
-            fences = ", ".join(
-                f"{held.fence} ({holder_label(held.host, held.pid)})" for held in holds
-            )
-            raise CommandError(
-                f"lock {name!r} has {len(holds)} holds ({holds[0].mode_label}); pass --fence "
-                f"to say which one to release: {fences}"
-            )
-        held = holds[0]
-        holder = holder_label(held.host, held.pid)
-        with _redis_errors():
-            released = held.release(force=True)
-        if not released:
-            raise CommandError(
-                f"lock {name!r} changed hands or was released before it could be "
-                "force-released; nothing was done"
-            )
-        what = "lock" if held.mode == Mode.EXCLUSIVE else f"a {held.mode} hold of lock"
-        self.stdout.write(
-            f"Released {what} {name!r} (held by {holder} since "
-            f"{utc_timestamp(held.acquired_at)}, fence {held.fence})."
-        )
+        self.stdout.write(force_release(name, fence=fence))
 
     def handle_run(
         self,
@@ -366,50 +241,12 @@ class Command(BaseCommand):
             raise CommandError(
                 "run needs a program: distlock run NAME [--wait S] [--timeout S] -- CMD ARGS..."
             )
-        try:
-            validate_name(name)
-            lock = distlock(
-                name,
-                timeout=timeout,
-                blocking=wait > 0,
-                blocking_timeout=wait,
-                auto_renew=True,
-                context=clean_label(f"distlock run {os.path.basename(program[0])}"),
-                limit=limit,
-                shared=shared,
-            )
-        except (TypeError, ValueError) as exc:
-            raise CommandError(f"invalid lock: {exc}") from None
-        sys.exit(self._run_program(lock, program, wait=wait, grace=grace))
-
-    def _run_program(self, lock: Lock, program: list[str], *, wait: float, grace: float) -> int:
-        """The exit status of ``run``: the program's, or why it did not run."""
+        lock = program_lock(name, program, wait=wait, timeout=timeout, limit=limit, shared=shared)
 
         def report(message: str) -> None:
             self.stderr.write(f"distlock run: {message}")
 
-        name = lock.name
-        started = time.monotonic()
-        try:
-            return LockedProgram(lock, program, grace=grace, report=report).run()
-        except LockBackendUnavailable as exc:
-            report(f"cannot take lock {name!r}, Redis is unavailable: {exc}")
-            return EXIT_UNAVAILABLE
-        except ImproperlyConfigured as exc:
-            report(f"cannot take lock {name!r}: {exc}")
-            return EXIT_UNAVAILABLE
-        except LockNotAcquired:
-            # The program never started, so all the time since was spent waiting.
-            waited = (
-                f" after waiting {format_duration(time.monotonic() - started)}" if wait > 0 else ""
-            )
-            holder = holder_description(name)
-            who = f"held by {holder}" if holder else "held by another process"
-            report(
-                f"lock {name!r} is {who}{waited}; not running {program[0]!r}"
-                + ("" if wait > 0 else " (use --wait to wait)")
-            )
-            return EXIT_BUSY
+        sys.exit(run_program(lock, program, wait=wait, grace=grace, report=report))
 
     def handle_prune_events(self, *, older_than: datetime.timedelta, **options: Any) -> None:
         """``prune-events --older-than DURATION``: delete old ``LockEvent`` rows."""
@@ -418,11 +255,3 @@ class Command(BaseCommand):
             f"Deleted {deleted} lock event{'s' if deleted != 1 else ''} older than "
             f"{format_duration(older_than.total_seconds())}."
         )
-
-    def _holds(self, name: str) -> list[HeldLock]:
-        """The holds of lock ``name`` (one unless it is shared or limited)."""
-        with _redis_errors():
-            holds = list(HeldLock.objects.filter(name=name))
-        if not holds:
-            raise CommandError(f"lock {name!r} is not held")
-        return holds

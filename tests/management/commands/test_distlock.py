@@ -21,8 +21,13 @@ from django.test import override_settings
 from django.utils import timezone
 
 from django_distlock import LockError, distlock
+from django_distlock.commands.supervisor import (
+    EXIT_BUSY,
+    EXIT_LOST,
+    EXIT_NOT_FOUND,
+    EXIT_UNAVAILABLE,
+)
 from django_distlock.models import HeldLock, LockEvent
-from django_distlock.supervisor import EXIT_BUSY, EXIT_LOST, EXIT_NOT_FOUND, EXIT_UNAVAILABLE
 from tests.support import REPO_ROOT
 from tests.support.engine import (
     held_until_a_waiter_blocks,
@@ -213,7 +218,9 @@ def test_release_force_breaks_the_lock(redis_client):
     lock = distlock("stuck", timeout=30)
     assert lock.acquire()
     out, _ = distlock_cli("release", "stuck", "--force")
-    assert out.startswith(f"Released lock 'stuck' (held by {HOSTNAME} pid {os.getpid()} since ")
+    assert out.startswith(
+        f"Released lock 'stuck' (held by {HOSTNAME}:{os.getpid()} MainThread since "
+    )
     assert f"fence {lock.fence})" in out
     assert not redis_client.exists(lock_key("stuck"))
     with distlock("stuck", blocking=False):  # free for others at once
@@ -371,7 +378,7 @@ def test_run_busy_exits_75(redis_client):
     with distlock("cron-job"):
         code, err = run_cli("cron-job", "--", *python("raise SystemExit(0)"))
     assert code == EXIT_BUSY == 75
-    assert f"lock 'cron-job' is held by {HOSTNAME} pid {os.getpid()} since " in err
+    assert f"lock 'cron-job' is held by {HOSTNAME}:{os.getpid()} MainThread since " in err
     assert "(use --wait to wait)" in err
 
 

@@ -1,6 +1,6 @@
 """A ``LockedCommand`` of which two runs may hold the lock at once (``lock_limit``)."""
 
-from django_distlock.lockedcommand import LockedCommand
+from django_distlock.commands.locked import LockedCommand
 
 
 class Command(LockedCommand):

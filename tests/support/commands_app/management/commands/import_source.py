@@ -1,6 +1,6 @@
 """A ``LockedCommand`` whose lock name is a template filled from its options."""
 
-from django_distlock.lockedcommand import LockedCommand
+from django_distlock.commands.locked import LockedCommand
 
 
 class Command(LockedCommand):

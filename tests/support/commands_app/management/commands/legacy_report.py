@@ -3,7 +3,7 @@ not call ``super()``."""
 
 from django.core.management.base import BaseCommand
 
-from django_distlock.lockedcommand import LockedCommandMixin
+from django_distlock.commands.locked import LockedCommandMixin
 
 
 class Command(LockedCommandMixin, BaseCommand):

@@ -2,7 +2,7 @@
 
 import sys
 
-from django_distlock.lockedcommand import LockedCommand
+from django_distlock.commands.locked import LockedCommand
 
 
 class Command(LockedCommand):

@@ -13,12 +13,12 @@
 ``timeout`` (waited ``blocking_timeout`` in vain), ``error`` (raised). ``reason`` of a
 loss: ``gone``, ``expired``, ``abandoned`` (:class:`~django_distlock.engine.LostCause`).
 ``result`` of a renewal: ``ok``, ``error``, ``lost``. ``lock``: see
-:func:`~django_distlock.measurements.labeller`.
+:func:`~django_distlock.telemetry.readings.labeller`.
 
 The lock's path only queues the event: the metrics thread of the process
-(:mod:`django_distlock.measurements`) updates them within a tenth of a second, a dict
+(:mod:`django_distlock.telemetry.recorder`) updates them within a tenth of a second, a dict
 lookup and an ``inc``/``observe`` each (in multiprocess mode, a write to a
-memory-mapped file); :func:`~django_distlock.measurements.flush_metrics` waits for it.
+memory-mapped file); :func:`~django_distlock.telemetry.flush_metrics` waits for it.
 They work in
 prometheus_client's multiprocess mode (``PROMETHEUS_MULTIPROC_DIR``, gunicorn), where
 ``distlock_held`` sums the live processes only. Exposing them (a ``/metrics`` view,
@@ -27,23 +27,26 @@ django-prometheus) is yours: see docs/metrics.md.
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
-from .engine import Event, Observer
-from .measurements import (
-    HOLD_BUCKETS,
-    WAIT_BUCKETS,
-    LiveHolds,
-    acquire_result,
-    deferred,
-    labeller,
-    renew_result,
-)
+from ..engine import Event, Observer
+from .readings import HOLD_BUCKETS, WAIT_BUCKETS, Recorder, acquire_result, renew_result
+from .recorder import deferred
 
 __all__ = ["PrometheusMetrics", "observer"]
+
+
+_COUNTERS = (
+    ("distlock_acquire", "Lock acquires, by result: acquired, busy, timeout, error.", "result"),
+    ("distlock_lost", "Locks lost by their holder, by reason: gone, expired, abandoned.", "reason"),
+    ("distlock_renew", "Lease renewals by the watchdog, by result: ok, error, lost.", "result"),
+)
+"""The counters of :class:`PrometheusMetrics` (``acquires``, ``lost``, ``renewals``):
+name, documentation, and the label beside ``lock``."""
 
 
 class PrometheusMetrics:
@@ -57,37 +60,23 @@ class PrometheusMetrics:
     """
 
     def __init__(self, registry: CollectorRegistry | None = REGISTRY) -> None:
-        self.acquire_wait = Histogram(
+        histogram = functools.partial(Histogram, registry=registry)
+        counter = functools.partial(Counter, registry=registry)
+        self.acquire_wait = histogram(
             "distlock_acquire_wait_seconds",
             "Seconds an acquire took, waiting included, by result.",
             ["lock", "result"],
             buckets=WAIT_BUCKETS,
-            registry=registry,
         )
-        self.hold = Histogram(
+        self.hold = histogram(
             "distlock_hold_seconds",
             "Seconds a lock was held, from acquire to release or loss.",
             ["lock"],
             buckets=HOLD_BUCKETS,
-            registry=registry,
         )
-        self.acquires = Counter(
-            "distlock_acquire",
-            "Lock acquires, by result: acquired, busy, timeout, error.",
-            ["lock", "result"],
-            registry=registry,
-        )
-        self.lost = Counter(
-            "distlock_lost",
-            "Locks lost by their holder, by reason: gone, expired, abandoned.",
-            ["lock", "reason"],
-            registry=registry,
-        )
-        self.renewals = Counter(
-            "distlock_renew",
-            "Lease renewals by the watchdog, by result: ok, error, lost.",
-            ["lock", "result"],
-            registry=registry,
+        self.acquires, self.lost, self.renewals = (
+            counter(name, documentation, ["lock", label])
+            for name, documentation, label in _COUNTERS
         )
         self.held = Gauge(
             "distlock_held",
@@ -100,7 +89,7 @@ class PrometheusMetrics:
     def observer(self, label: str = "template") -> Observer:
         """An observer that updates these metrics from lock events, with the ``lock``
         label of mode ``label`` (``"template"``, ``"prefix"`` or ``"none"``), on the
-        metrics thread (:func:`~django_distlock.measurements.deferred`)."""
+        metrics thread (:func:`~django_distlock.telemetry.recorder.deferred`)."""
         return deferred(_Recorder(self, label))
 
 
@@ -116,33 +105,16 @@ class _Series:
         self.hold = metrics.hold.labels(lock)
 
 
-class _Recorder:
+class _Recorder(Recorder[bool]):
     """Turns events into metric updates; label children are looked up once each."""
 
-    __slots__ = ("_children", "_handlers", "_label", "_live", "_metrics", "_series")
+    __slots__ = ("_children", "_metrics", "_series")
 
     def __init__(self, metrics: PrometheusMetrics, label: str) -> None:
+        super().__init__(label)
         self._metrics = metrics
-        self._label = labeller(label)
-        self._live: LiveHolds[bool] = LiveHolds()
         self._series: dict[str, _Series] = {}
         self._children: dict[tuple[Any, ...], Any] = {}
-        self._handlers = {
-            "acquired": self._acquired,
-            "contended": self._failed,
-            "error": self._failed,
-            "not_replicated": self._failed,
-            "released": self._ended,
-            "lost": self._ended,
-            "release_failed": self._ended,
-            "renewed": self._renewed,
-            "renew_failed": self._renewed,
-        }
-
-    def __call__(self, event: Event, noted: object = None) -> None:
-        handler = self._handlers.get(event.kind)
-        if handler is not None:
-            handler(event)
 
     def _series_of(self, lock: str) -> _Series:
         series = self._series.get(lock)
@@ -157,20 +129,20 @@ class _Recorder:
             child = self._children[key] = metric.labels(*labels)
         return child
 
-    def _acquired(self, event: Event) -> None:
+    def acquired(self, event: Event, noted: object) -> None:
         series = self._series_of(self._label(event))
         series.acquired_wait.observe(event.waited or 0.0)
         series.acquired.inc()
         self._live.start(event, True)
         series.held.inc()
 
-    def _failed(self, event: Event) -> None:
+    def failed(self, event: Event, noted: object) -> None:
         metrics, lock, result = self._metrics, self._label(event), acquire_result(event)
         assert result is not None
         self._child(metrics.acquire_wait, lock, result).observe(event.waited or 0.0)
         self._child(metrics.acquires, lock, result).inc()
 
-    def _ended(self, event: Event) -> None:
+    def ended(self, event: Event, noted: object) -> None:
         lock = self._label(event)
         series = self._series_of(lock)
         if self._live.end(event):  # else taken before these metrics observed it
@@ -181,7 +153,7 @@ class _Recorder:
         if event.kind == "lost":
             self._child(self._metrics.lost, lock, event.cause or "gone").inc()
 
-    def _renewed(self, event: Event) -> None:
+    def renewed(self, event: Event, noted: object) -> None:
         result = renew_result(event)
         assert result is not None
         self._child(self._metrics.renewals, self._label(event), result).inc()

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.http import HttpRequest, HttpResponse
 
-from .settings import configured_hook
+from ..settings import configured_hook
 
 __all__ = [
     "UNAVAILABLE_RETRY_AFTER",
@@ -36,13 +36,7 @@ def locked_response(request: HttpRequest, name: str, retry_after: float | None) 
             return response
     """
     seconds = _retry_after_seconds(retry_after)
-    response = HttpResponse(
-        f"Locked: {name!r} is in use; retry in {seconds} s.\n",
-        status=423,
-        content_type="text/plain; charset=utf-8",
-    )
-    response["Retry-After"] = str(seconds)
-    return response
+    return _plain_response(f"Locked: {name!r} is in use; retry in {seconds} s.", 423, seconds)
 
 
 def _retry_after_seconds(retry_after: float | None) -> int:
@@ -55,12 +49,17 @@ def unavailable_response(request: HttpRequest, name: str) -> HttpResponse:
     """The default answer of a guarded view when Redis cannot be reached: ``503`` with
     ``Retry-After`` (``UNAVAILABLE_RETRY_AFTER`` seconds). Custom ``on_unavailable``
     callables can delegate to it."""
-    response = HttpResponse(
-        f"Service unavailable: the lock service for {name!r} cannot be reached.\n",
-        status=503,
-        content_type="text/plain; charset=utf-8",
+    return _plain_response(
+        f"Service unavailable: the lock service for {name!r} cannot be reached.",
+        503,
+        UNAVAILABLE_RETRY_AFTER,
     )
-    response["Retry-After"] = str(UNAVAILABLE_RETRY_AFTER)
+
+
+def _plain_response(text: str, status: int, retry_after: int) -> HttpResponse:
+    """A ``text/plain`` answer with ``status`` and ``Retry-After`` seconds."""
+    response = HttpResponse(f"{text}\n", status=status, content_type="text/plain; charset=utf-8")
+    response["Retry-After"] = str(retry_after)
     return response
 
 

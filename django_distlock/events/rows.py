@@ -15,8 +15,8 @@ from typing import Any, NamedTuple
 from django.db import DatabaseError, DataError, IntegrityError, connections, router, transaction
 from django.utils import timezone
 
-from .engine import Event
-from .models import LockEvent
+from ..engine import Event
+from ..models import LockEvent
 
 __all__ = [
     "WRITTEN_FIELDS",

@@ -1,7 +1,7 @@
-"""What the metrics backends (:mod:`django_distlock.metrics` for Prometheus,
-:mod:`django_distlock.otel` for OpenTelemetry) share: the ``lock`` label of an event,
-what the event counts as, which holds are still running, and the thread that feeds them
-off the lock's path (:func:`deferred`, :func:`flush_metrics`).
+"""What the metrics backends (:mod:`.prometheus` for Prometheus, :mod:`.otel` for
+OpenTelemetry) read from an event alike: its ``lock`` label, what it counts as (the result
+of an acquire or a renewal), which holds are still running, the histograms' buckets, and
+:class:`Recorder`, the dispatch of each kind of event to a backend's handlers.
 
 Django-free, like the engine: both backends can observe a hand-built
 :class:`~django_distlock.engine.Backend` too.
@@ -18,33 +18,23 @@ Labels carry a lock's name *template* (or a coarser group), never the name itsel
 
 from __future__ import annotations
 
-import atexit
-import collections
-import logging
-import sys
-import threading
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-from .engine import BackgroundWorker, Event, Observer, forget_after_fork
+from ..engine import Event
 
 __all__ = [
     "ACQUIRE_RESULTS",
-    "CAPACITY",
     "HOLD_BUCKETS",
-    "INTERVAL",
     "LABEL_MODES",
     "RENEW_RESULTS",
     "WAIT_BUCKETS",
     "LiveHolds",
+    "Recorder",
     "acquire_result",
-    "deferred",
-    "flush_metrics",
     "labeller",
     "renew_result",
 ]
-
-logger = logging.getLogger("django_distlock")
 
 LABEL_MODES = ("template", "prefix", "none")
 """What ``DISTLOCK["METRICS_LABEL"]`` may say the ``lock`` label holds."""
@@ -166,107 +156,50 @@ class LiveHolds(Generic[T]):
         return len(self._holds)
 
 
-INTERVAL = 0.1
-"""Seconds at most between an event and the metrics it updates."""
+class Recorder(Generic[T]):
+    """What a backend's recorder shares: the ``lock`` label of its mode (``label``), the
+    live holds (each with the ``T`` the backend keeps for it), and the dispatch of each
+    kind of event to :meth:`acquired`, :meth:`failed` (an acquire that did not get the
+    lock), :meth:`ended` (a hold's end) or :meth:`renewed` (a watchdog renewal); other
+    kinds are not measured. Called on the metrics thread as ``recorder(event, noted)``
+    (:func:`~django_distlock.telemetry.recorder.deferred`)."""
 
-CAPACITY = 10_000
-"""Events waiting for the metrics thread at most; beyond, new ones are dropped (and the
-drops logged), so that memory stays bounded if a backend falls behind."""
+    __slots__ = ("_handlers", "_label", "_live")
 
-Record = Callable[[Event, Any], None]
-"""What the metrics thread calls: ``record(event, noted)``."""
+    def __init__(self, label: str) -> None:
+        self._label = labeller(label)
+        self._live: LiveHolds[T] = LiveHolds()
+        failed, ended, renewed = self.failed, self.ended, self.renewed
+        self._handlers: dict[str, Callable[[Event, Any], None]] = {
+            "acquired": self.acquired,
+            "contended": failed,
+            "error": failed,
+            "not_replicated": failed,
+            "released": ended,
+            "lost": ended,
+            "release_failed": ended,
+            "renewed": renewed,
+            "renew_failed": renewed,
+        }
 
+    def __call__(self, event: Event, noted: Any = None) -> None:
+        """Record ``event``; ``noted`` is what was noted where it happened."""
+        handler = self._handlers.get(event.kind)
+        if handler is not None:
+            handler(event, noted)
 
-def deferred(record: Record, note: Callable[[], Any] = lambda: None) -> Observer:
-    """An observer that only queues each event (with what ``note()`` returns then, in the
-    thread of the event: OpenTelemetry's current context), for the process's metrics thread
-    to call ``record(event, noted)`` within :data:`INTERVAL` seconds, in the order the
-    events came. The lock's path pays for a queue append; a backend's own work (a few
-    microseconds an update, more with cold caches) runs on that thread, which also
-    means ``record`` never runs in two threads at once."""
+    def acquired(self, event: Event, noted: Any) -> None:
+        """An acquire got the lock."""
+        raise NotImplementedError
 
-    def observe(event: Event) -> None:
-        _worker().put((record, event, note()))
+    def failed(self, event: Event, noted: Any) -> None:
+        """An acquire ended without the lock (:func:`acquire_result` says how)."""
+        raise NotImplementedError
 
-    return observe
+    def ended(self, event: Event, noted: Any) -> None:
+        """A hold ended: released, lost, or given up by a release Redis did not answer."""
+        raise NotImplementedError
 
-
-def flush_metrics(timeout: float = 5.0) -> bool:
-    """Wait up to ``timeout`` seconds until the metrics thread has recorded every event
-    queued so far; ``False`` if it has not. For tests, and before ``os._exit()`` (at a
-    normal exit, and the end of a ``multiprocessing`` child, it is called for you)."""
-    worker = _current
-    return True if worker is None else worker.flush(timeout)
-
-
-Queued = tuple[Record, Event, Any]
-
-
-class _Drops:
-    """Events the metrics thread could not take (its buffer was full), logged by it."""
-
-    count = 0
-
-    @classmethod
-    def dropped(cls) -> None:
-        cls.count += 1
-
-    @classmethod
-    def record_all(cls, queued: collections.deque[Queued]) -> None:
-        while queued:
-            record, event, noted = queued.popleft()
-            try:
-                record(event, noted)
-            except Exception:  # the thread must outlive any backend's failure
-                logger.exception("django-distlock: metrics failed on a %s event", event.kind)
-        if cls.count:
-            dropped, cls.count = cls.count, 0
-            logger.warning(
-                "django-distlock: %d lock event(s) not measured: the metrics fell behind",
-                dropped,
-            )
-
-
-_current: BackgroundWorker[Queued] | None = None
-_current_lock = threading.Lock()
-
-
-def _worker() -> BackgroundWorker[Queued]:
-    """The metrics thread of this process (a daemon), created on first use."""
-    global _current
-    worker = _current
-    if worker is None:
-        with _current_lock:
-            if _current is None:
-                _current = BackgroundWorker(
-                    "distlock-metrics",
-                    _Drops.record_all,
-                    capacity=CAPACITY,
-                    interval=INTERVAL,
-                    on_drop=_Drops.dropped,
-                )
-                _flush_at_exit()
-            worker = _current
-    return worker
-
-
-def _flush_at_exit() -> None:
-    atexit.register(flush_metrics, 1.0)
-    # A multiprocessing child ends with os._exit(), after its own exit finalizers but
-    # without atexit handlers.
-    multiprocessing = sys.modules.get("multiprocessing")
-    if multiprocessing is not None and multiprocessing.parent_process() is not None:
-        from multiprocessing import util
-
-        util.Finalize(None, flush_metrics, args=(1.0,), exitpriority=10)
-
-
-def _forget_after_fork() -> None:
-    # The parent's queued events are the parent's; a child starts a thread of its own.
-    global _current, _current_lock
-    _current = None
-    _current_lock = threading.Lock()
-    _Drops.count = 0
-
-
-forget_after_fork(_forget_after_fork)
+    def renewed(self, event: Event, noted: Any) -> None:
+        """A watchdog renewal ended (:func:`renew_result` says how)."""
+        raise NotImplementedError

@@ -16,7 +16,7 @@ its own, the hold its child).
   with ``distlock.lost.reason``, or ``release_failed``: status ERROR).
 
 Instruments (meter ``django_distlock``), the Prometheus metrics' twins (see
-:mod:`django_distlock.metrics`):
+:mod:`django_distlock.telemetry.prometheus`):
 
 - ``distlock.acquire.duration`` (histogram, ``s``; ``distlock.lock``,
   ``distlock.result``): its count per result is also the count of acquires, so there is
@@ -28,7 +28,7 @@ Instruments (meter ``django_distlock``), the Prometheus metrics' twins (see
   counted when the metrics are collected, not on the lock's path.
 
 The SDK's work (several microseconds a measurement, a span more) runs off the lock's
-path, on the metrics thread (:func:`django_distlock.measurements.deferred`): the lock
+path, on the metrics thread (:func:`django_distlock.telemetry.recorder.deferred`): the lock
 only notes the event and the context current where it happened. Spans get the times the
 events carry, so nothing is kept open while a lock is waited for; a held lock keeps one
 open span.
@@ -44,16 +44,9 @@ from opentelemetry import context, metrics, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, Status, StatusCode
 
-from .engine import Event, Observer
-from .measurements import (
-    HOLD_BUCKETS,
-    WAIT_BUCKETS,
-    LiveHolds,
-    acquire_result,
-    deferred,
-    labeller,
-    renew_result,
-)
+from ..engine import Event, Observer
+from .readings import HOLD_BUCKETS, WAIT_BUCKETS, Recorder, acquire_result, renew_result
+from .recorder import deferred
 
 __all__ = ["SCOPE", "observer"]
 
@@ -92,26 +85,23 @@ def _histogram(meter: metrics.Meter, name: str, description: str, bounds: Sequen
         return meter.create_histogram(name, unit="s", description=description)
 
 
-class _Recorder:
-    """Turns events into spans and instrument updates."""
+class _Recorder(Recorder[tuple[str, Span | None]]):
+    """Turns events into spans and instrument updates; ``noted`` is the context current
+    where an event happened, the parent of its spans (if any)."""
 
     __slots__ = (
         "_acquire_duration",
         "_attributes",
-        "_handlers",
         "_hold_duration",
-        "_label",
         "_labels",
-        "_live",
         "_losses",
         "_renewals",
         "_tracer",
     )
 
     def __init__(self, label: str, tracer: trace.Tracer, meter: metrics.Meter) -> None:
-        self._label = labeller(label)
+        super().__init__(label)
         self._tracer = tracer
-        self._live: LiveHolds[tuple[str, Span | None]] = LiveHolds()
         self._labels: set[str] = set()
         self._attributes: dict[tuple[str, ...], dict[str, str]] = {}
         self._acquire_duration = _histogram(
@@ -140,25 +130,6 @@ class _Recorder:
             unit="{lock}",
             description="Locks held right now.",
         )
-        attempted = self._attempted
-        self._handlers = {
-            "acquired": attempted,
-            "contended": attempted,
-            "error": attempted,
-            "not_replicated": attempted,
-            "released": self._ended,
-            "lost": self._ended,
-            "release_failed": self._ended,
-            "renewed": self._renewed,
-            "renew_failed": self._renewed,
-        }
-
-    def __call__(self, event: Event, noted: Context) -> None:
-        """Record ``event``; ``noted`` is the context current where it happened, the
-        parent of its spans (if any)."""
-        handler = self._handlers.get(event.kind)
-        if handler is not None:
-            handler(event, noted)
 
     def _attrs(self, lock: str, *pairs: str) -> dict[str, str]:
         """The (shared, never mutated) attributes ``distlock.lock=lock`` plus ``pairs``."""
@@ -170,7 +141,8 @@ class _Recorder:
             self._attributes[key] = attributes
         return attributes
 
-    def _attempted(self, event: Event, noted: Context) -> None:
+    def acquired(self, event: Event, noted: Context) -> None:
+        """Any end of an acquire: its span, and its duration by result."""
         lock, result = self._label(event), acquire_result(event)
         assert result is not None
         waited = event.waited or 0.0
@@ -179,6 +151,8 @@ class _Recorder:
         if result == "acquired":
             self._labels.add(lock)
             self._live.start(event, (lock, hold))
+
+    failed = acquired  # its result, on the span and the duration, says how it failed
 
     def _spans(
         self, event: Event, noted: Context, lock: str, result: str, waited: float
@@ -214,7 +188,7 @@ class _Recorder:
             "distlock.hold", context=noted, start_time=end, attributes=attributes
         )
 
-    def _ended(self, event: Event, noted: Context) -> None:
+    def ended(self, event: Event, noted: Context) -> None:
         kind = event.kind
         live = self._live.end(event)
         if live is not None and live[1] is not None:
@@ -232,7 +206,7 @@ class _Recorder:
         if kind == "lost":
             self._losses.add(1, self._attrs(lock, "distlock.lost.reason", event.cause or "gone"))
 
-    def _renewed(self, event: Event, noted: Context) -> None:
+    def renewed(self, event: Event, noted: Context) -> None:
         result = renew_result(event)
         assert result is not None
         self._renewals.add(1, self._attrs(self._label(event), "distlock.result", result))

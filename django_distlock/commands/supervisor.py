@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from types import FrameType
 from typing import Any
 
-from .engine import Lock, LockError, LockLost, LockNotAcquired
+from ..engine import Lock, LockError, LockLost, LockNotAcquired
 
 __all__ = [
     "EXIT_BUSY",

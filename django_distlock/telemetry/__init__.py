@@ -1,7 +1,8 @@
-"""The metrics backends ``DISTLOCK["METRICS"]`` enables, loaded only then:
-``"prometheus"`` (:mod:`django_distlock.metrics`) and ``"otel"``
-(:mod:`django_distlock.otel`). With ``METRICS`` off, neither they nor their libraries are
-imported.
+"""Metrics of locks, fed from lock events: the backends ``DISTLOCK["METRICS"]`` enables,
+loaded only then: ``"prometheus"`` (:mod:`.prometheus`) and ``"otel"`` (:mod:`.otel`).
+With ``METRICS`` off, neither they nor their libraries are imported. What both read from
+an event is in :mod:`.readings`, the thread that feeds them off the lock's path in
+:mod:`.recorder` (:func:`flush_metrics` waits for it).
 
 :func:`metrics_observer` is what :func:`django_distlock.events.observer_for` adds to the
 rows and signals; :func:`missing_library` is what the system check ``E006`` asks.
@@ -17,9 +18,10 @@ from types import ModuleType
 
 from django.core.exceptions import ImproperlyConfigured
 
-from .engine import Event, Observer
+from ..engine import Event, Observer
+from .recorder import flush_metrics
 
-__all__ = ["BACKENDS", "MetricsBackend", "metrics_observer", "missing_library"]
+__all__ = ["BACKENDS", "MetricsBackend", "flush_metrics", "metrics_observer", "missing_library"]
 
 
 @dataclass(frozen=True)
@@ -48,9 +50,11 @@ class MetricsBackend:
 
 BACKENDS: dict[str, MetricsBackend] = {
     "prometheus": MetricsBackend(
-        "prometheus", "django_distlock.metrics", "prometheus_client", "prometheus"
+        "prometheus", "django_distlock.telemetry.prometheus", "prometheus_client", "prometheus"
     ),
-    "otel": MetricsBackend("otel", "django_distlock.otel", "opentelemetry.metrics", "otel"),
+    "otel": MetricsBackend(
+        "otel", "django_distlock.telemetry.otel", "opentelemetry.metrics", "otel"
+    ),
 }
 """Every value of ``DISTLOCK["METRICS"]``, and what it needs."""
 

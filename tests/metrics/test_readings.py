@@ -1,4 +1,4 @@
-"""django_distlock.measurements: the ``lock`` label of each mode, what each event kind
+"""django_distlock.telemetry.readings: the ``lock`` label of each mode, what each event kind
 counts as, and the live holds (each ends once)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from django_distlock.engine import Event
-from django_distlock.measurements import (
+from django_distlock.telemetry.readings import (
     ACQUIRE_RESULTS,
     LABEL_MODES,
     RENEW_RESULTS,

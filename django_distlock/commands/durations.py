@@ -15,7 +15,7 @@ import math
 import re
 from collections.abc import Callable
 
-from .engine import MAX_SECONDS
+from ..engine import MAX_SECONDS
 
 __all__ = [
     "duration_type",

@@ -16,7 +16,6 @@ from .durations import format_duration
 
 __all__ = [
     "escape_for_terminal",
-    "holder_label",
     "render_table",
     "timestamp_and_age",
     "utc_timestamp",
@@ -68,12 +67,6 @@ def timestamp_and_age(moment: datetime.datetime, *, now: float | None = None) ->
     ``time.time()`` value, default: the current time)."""
     age = (time.time() if now is None else now) - moment.timestamp()
     return f"{utc_timestamp(moment)} ({format_duration(age)} ago)"
-
-
-def holder_label(host: str, pid: int | None) -> str:
-    """``web-3 pid 4242``: a lock's holder as the commands' messages name it (the host
-    escaped for a terminal)."""
-    return f"{escape_for_terminal(host)} pid {pid}"
 
 
 def _display_width(text: str) -> int:

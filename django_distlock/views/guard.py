@@ -16,7 +16,7 @@ from django.core.exceptions import ImproperlyConfigured
 from django.http import Http404, HttpRequest
 from django.views import View
 
-from .engine import (
+from ..engine import (
     Lock,
     LockBackendUnavailable,
     NameTemplate,
@@ -25,9 +25,9 @@ from .engine import (
     validate_name,
     validate_seconds,
 )
-from .locks import check_kind, distlock
+from ..locks import check_kind, distlock
+from ..settings import get_config
 from .responses import settings_on_busy, settings_on_unavailable
-from .settings import get_config
 
 __all__ = ["Guard", "NameFiller", "bound_view", "dotted_path"]
 
@@ -35,6 +35,14 @@ logger = logging.getLogger("django_distlock.views")
 
 OnBusy = Callable[[HttpRequest, str, float | None], Any]
 OnUnavailable = Callable[[HttpRequest, str], Any]
+ViewFunction = Callable[..., Any]
+Args = tuple[Any, ...]
+Kwargs = dict[str, Any]
+
+HELD = object()
+"""The lock is held: run the view under it (:meth:`Guard.after_acquire`)."""
+UNGUARDED = object()
+"""Redis is down and the guard fails open: run the view without the lock."""
 
 
 def dotted_path(view: Any) -> str:
@@ -195,37 +203,37 @@ class Guard:
         False (the caller answers 503). Logged either way."""
         fail_open = self.fail_open if self.fail_open is not None else get_config().view_fail_open
         if fail_open:
-            logger.warning(
-                "django-distlock: running %s without lock %r (fail_open): %s",
-                self.context,
-                lock.name,
-                error,
-            )
+            message = "django-distlock: running %s without lock %r (fail_open): %s"
         else:
-            logger.warning(
-                "django-distlock: answering 503 for %s, lock %r: %s",
-                self.context,
-                lock.name,
-                error,
-            )
+            message = "django-distlock: answering 503 for %s, lock %r: %s"
+        logger.warning(message, self.context, lock.name, error)
         return fail_open
 
-    def run(
-        self,
-        view: Callable[..., Any],
-        request: HttpRequest,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
+    def after_acquire(
+        self, request: HttpRequest, lock: Lock, outcome: bool | LockBackendUnavailable
     ) -> Any:
+        """What follows an acquire that returned ``outcome`` (or raised it): :data:`HELD`
+        (run the view under the lock), :data:`UNGUARDED` (run it without: fail open), or
+        the answer instead of the view (from an async view's hooks, maybe awaitable)."""
+        if isinstance(outcome, LockBackendUnavailable):
+            if self.runs_unguarded(lock, outcome):
+                return UNGUARDED
+            return self.on_unavailable(request, lock.name)
+        if not outcome:
+            return self.on_busy(request, lock.name, lock.retry_after)
+        return HELD
+
+    def run(self, view: ViewFunction, request: HttpRequest, args: Args, kwargs: Kwargs) -> Any:
         lock = self.lock_for(request, args, kwargs)
         try:
-            acquired = lock.acquire()
+            outcome: bool | LockBackendUnavailable = lock.acquire()
         except LockBackendUnavailable as error:
-            if self.runs_unguarded(lock, error):
-                return view(request, *args, **kwargs)
-            return self.on_unavailable(request, lock.name)
-        if not acquired:
-            return self.on_busy(request, lock.name, lock.retry_after)
+            outcome = error
+        then = self.after_acquire(request, lock, outcome)
+        if then is UNGUARDED:
+            return view(request, *args, **kwargs)
+        if then is not HELD:
+            return then
         # Leaving behaves exactly like leaving ``with lock``: a lost lock raises LockLost.
         with contextlib.ExitStack() as stack:
             stack.push(lock)
@@ -233,23 +241,18 @@ class Guard:
             return view(request, *args, **kwargs)
 
     async def arun(
-        self,
-        view: Callable[..., Any],
-        request: HttpRequest,
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
+        self, view: ViewFunction, request: HttpRequest, args: Args, kwargs: Kwargs
     ) -> Any:
         lock = self.lock_for(request, args, kwargs)
         try:
-            acquired = await lock.aacquire()
+            outcome: bool | LockBackendUnavailable = await lock.aacquire()
         except LockBackendUnavailable as error:
-            if self.runs_unguarded(lock, error):
-                return await view(request, *args, **kwargs)
-            response = self.on_unavailable(request, lock.name)
-            return await response if inspect.isawaitable(response) else response
-        if not acquired:
-            response = self.on_busy(request, lock.name, lock.retry_after)
-            return await response if inspect.isawaitable(response) else response
+            outcome = error
+        then = self.after_acquire(request, lock, outcome)
+        if then is UNGUARDED:
+            return await view(request, *args, **kwargs)
+        if then is not HELD:
+            return await then if inspect.isawaitable(then) else then
         async with contextlib.AsyncExitStack() as stack:
             stack.push_async_exit(lock)
             request.distlock = lock  # type: ignore[attr-defined]

@@ -9,7 +9,7 @@ event. Signals are sent in every mode; rows are written according to
 - ``"off"``: no rows.
 
 How the rows are written, and what happens when the database fails, is the business of
-:mod:`django_distlock.eventwriter`. Events older than ``DISTLOCK["EVENT_RETENTION"]``
+:mod:`django_distlock.events.writer`. Events older than ``DISTLOCK["EVENT_RETENTION"]``
 seconds are deleted by the background thread, and by :func:`prune_events` (``manage.py
 distlock prune-events``, the way to prune in ``"sync"`` mode).
 
@@ -29,16 +29,16 @@ from typing import TYPE_CHECKING, Any
 from django.dispatch import Signal
 from django.utils import timezone
 
-from . import signals
-from .engine import EXCLUSIVE, Event, Lock, Observer
-from .eventrows import Item, delete_events_before
-from .eventwriter import current_writer, write_later, write_now
-from .settings import get_config
-from .telemetry import metrics_observer
+from .. import signals
+from ..engine import EXCLUSIVE, Event, Lock, Observer
+from ..settings import get_config
+from ..telemetry import metrics_observer
+from .rows import Item, delete_events_before
+from .writer import current_writer, write_later, write_now
 
 if TYPE_CHECKING:
-    from .models import HeldLock
-    from .settings import Config
+    from ..models import HeldLock
+    from ..settings import Config
 
 __all__ = [
     "flush_events",

@@ -13,20 +13,20 @@ Every such command gains ``--lock-wait SECONDS``, ``--lock-timeout SECONDS`` and
 ``CommandError`` naming the holder; a lock lost while the command ran fails it too, even
 if ``handle()`` returned normally.
 
-:func:`holder_description`, which names a lock's holder in a message, is shared with
-``manage.py distlock run``.
+The messages name a lock's holders as ``manage.py distlock run`` does
+(:func:`~django_distlock.commands.holders.holder_description`).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from .durations import format_duration, seconds_type
-from .engine import (
+from ..engine import (
     LockBackendUnavailable,
     LockError,
     LockLost,
@@ -35,47 +35,24 @@ from .engine import (
     clean_label,
     validate_name,
 )
-from .locks import check_kind, distlock
-from .models import HeldLock
-from .terminal import holder_label, timestamp_and_age
+from ..locks import check_kind, distlock
+from .durations import format_duration, seconds_type
+from .holders import holder_description
 
 if TYPE_CHECKING:
-    from .engine import Lock
+    from ..engine import Lock
 
     _CommandBase = BaseCommand
 else:
     _CommandBase = object
 
-__all__ = ["LockedCommand", "LockedCommandMixin", "busy_message", "holder_description"]
-
-
-SHOWN_HOLDERS = 3
-"""Holders of a shared or limited lock a message names (the others are counted)."""
-
-
-def holder_description(name: str) -> str | None:
-    """``web-3 pid 4242 since 2026-11-22 10:01:02 UTC (12s ago)`` for the current holder
-    of lock ``name``, or ``None`` if nobody holds it (or it cannot be read). The holders
-    of a shared or limited lock are named one after the other (the first three, then
-    how many more), after its mode: ``3 holders (limited 3/3): web-3 pid 4242 since ...;
-    ...``."""
-    try:
-        holds = list(HeldLock.objects.filter(name=name)[: SHOWN_HOLDERS + 1])
-    except (LockError, ImproperlyConfigured):
-        return None
-    if not holds:
-        return None
-    described = "; ".join(
-        f"{holder_label(held.host, held.pid)} since {timestamp_and_age(held.acquired_at)}"
-        for held in holds[:SHOWN_HOLDERS]
-    )
-    first = holds[0]
-    if len(holds) == 1 and first.holders <= 1:
-        return described
-    more = first.holders - SHOWN_HOLDERS
-    if more > 0:
-        described += f"; and {more} more"
-    return f"{first.holders} holders ({first.mode_label}): {described}"
+__all__ = [
+    "LockedCommand",
+    "LockedCommandMixin",
+    "add_wait_and_lease",
+    "busy_message",
+    "command_lock",
+]
 
 
 def busy_message(name: str, waited: float) -> str:
@@ -93,6 +70,60 @@ def busy_message(name: str, waited: float) -> str:
     return (
         f"lock {shown} is busy (its holder could not be read: it may have released it just "
         "now); try again, or use --lock-wait to wait"
+    )
+
+
+def add_wait_and_lease(
+    parser: Any,
+    *,
+    wait: str,
+    lease: str,
+    default_wait: float | None,
+    shown_wait: float,
+    runs: str,
+) -> None:
+    """Add to ``parser`` (or an argument group) the option ``wait`` (seconds to wait for a
+    busy lock) and the option ``lease`` (the lock's lease, renewed while ``runs`` runs),
+    both durations (``90``, ``1.5``, ``5m``); ``shown_wait`` is the wait ``--help`` gives as
+    the default. Shared by locked commands and ``distlock run``."""
+    waiting = f"wait up to SECONDS for a busy lock (default: {shown_wait:g}, fail at once)"
+    leasing = f"lease of the lock, renewed while {runs} runs (default: DISTLOCK['TIMEOUT'])"
+    options = ((wait, True, default_wait, waiting), (lease, False, None, leasing))
+    for flag, allow_zero, default, text in options:
+        parser.add_argument(
+            flag,
+            type=seconds_type(allow_zero=allow_zero),
+            default=default,
+            metavar="SECONDS",
+            help=text,
+        )
+
+
+def command_lock(
+    name: str,
+    *,
+    wait: float,
+    timeout: float | None,
+    context: str,
+    limit: int | None = None,
+    shared: bool = False,
+    on_lost: Callable[[Lock], None] | None = None,
+) -> Lock:
+    """The lock a command holds while it runs: renewed for as long as it runs, waited for
+    up to ``wait`` seconds (``0``: not at all), labelled ``context``. ``TypeError`` or
+    ``ValueError`` for an invalid name or option. Shared by locked commands and
+    ``distlock run``."""
+    validate_name(name, "lock name")
+    return distlock(
+        name,
+        timeout=timeout,
+        blocking=wait > 0,
+        blocking_timeout=wait,
+        auto_renew=True,
+        on_lost=on_lost,
+        context=clean_label(context),
+        limit=limit,
+        shared=shared,
     )
 
 
@@ -150,19 +181,13 @@ class LockedCommandMixin(_CommandBase):
         call ``super()``)."""
         parser = super().create_parser(prog_name, subcommand, **kwargs)
         group = parser.add_argument_group("distributed lock")
-        group.add_argument(
-            "--lock-wait",
-            type=seconds_type(allow_zero=True),
-            default=None,
-            metavar="SECONDS",
-            help=f"wait up to SECONDS for a busy lock (default: {self.lock_wait:g}, fail at once)",
-        )
-        group.add_argument(
-            "--lock-timeout",
-            type=seconds_type(allow_zero=False),
-            default=None,
-            metavar="SECONDS",
-            help="lease of the lock, renewed while the command runs (default: DISTLOCK['TIMEOUT'])",
+        add_wait_and_lease(
+            group,
+            wait="--lock-wait",
+            lease="--lock-timeout",
+            default_wait=None,
+            shown_wait=self.lock_wait,
+            runs="the command",
         )
         group.add_argument(
             "--no-lock", action="store_true", help="run without taking the lock (careful)"
@@ -241,17 +266,14 @@ class LockedCommandMixin(_CommandBase):
 
     def _build_lock(self, name: str, *, wait: float, timeout: float | None) -> Lock:
         try:
-            validate_name(name, "lock name")
-            return distlock(
+            return command_lock(
                 name,
+                wait=wait,
                 timeout=timeout,
-                blocking=wait > 0,
-                blocking_timeout=wait,
-                auto_renew=True,
-                on_lost=lambda lock: self.on_lock_lost(),
-                context=clean_label(f"manage.py {self.command_name}"),
+                context=f"manage.py {self.command_name}",
                 limit=self.lock_limit,
                 shared=self.lock_shared,
+                on_lost=lambda lock: self.on_lock_lost(),
             )
         except (TypeError, ValueError) as exc:
             raise CommandError(f"invalid lock for {self.command_name}: {exc}") from exc

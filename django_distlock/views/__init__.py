@@ -1,9 +1,9 @@
 """``lock_view`` and ``LockViewMixin``: views that never run twice at once for one object.
 
-The decorator and the mixin share one guard (:mod:`django_distlock.view_guard`): it
+The decorator and the mixin share one guard (:mod:`django_distlock.views.guard`): it
 fills the lock name from the request, takes a :func:`~django_distlock.distlock` lock
 without waiting (unless asked to), and answers 423 when the lock is busy or 503 when
-Redis is down (:mod:`django_distlock.responses`, whose functions are importable from
+Redis is down (:mod:`django_distlock.views.responses`, whose functions are importable from
 here too). Sync views hold the lock with the sync API, async views with the async API;
 the wrapper is chosen once, when the view is decorated.
 """
@@ -18,8 +18,9 @@ from asgiref.sync import iscoroutinefunction, markcoroutinefunction
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 
-from .engine import clean_label
-from .locks import check_kind
+from ..engine import clean_label
+from ..locks import check_kind
+from .guard import Guard, OnBusy, OnUnavailable, bound_view, dotted_path
 from .responses import (
     UNAVAILABLE_RETRY_AFTER,
     locked_response,
@@ -27,7 +28,6 @@ from .responses import (
     settings_on_unavailable,
     unavailable_response,
 )
-from .view_guard import Guard, OnBusy, OnUnavailable, bound_view, dotted_path
 
 LockName = str | Callable[..., str]
 ViewT = TypeVar("ViewT", bound=Callable[..., Any])
@@ -94,35 +94,24 @@ def lock_view(
     While the view runs, ``request.distlock`` is the held lock, so the view can fence
     its writes: ``Invoice.objects.filter(pk=pk).fenced_update(request.distlock, ...)``.
     """
-    kind = {"limit": limit, "shared": shared, "reentrant": reentrant}
-    Guard(  # reject bad options at import time, not on the first request
-        name,
-        context=None,
-        blocking_timeout=blocking_timeout,
-        timeout=timeout,
-        auto_renew=auto_renew,
-        fair=fair,
-        on_busy=on_busy,
-        on_unavailable=on_unavailable,
-        fail_open=fail_open,
-        **kind,
-    )
+    options: dict[str, Any] = {
+        "blocking_timeout": blocking_timeout,
+        "timeout": timeout,
+        "auto_renew": auto_renew,
+        "fair": fair,
+        "on_busy": on_busy,
+        "on_unavailable": on_unavailable,
+        "fail_open": fail_open,
+        "limit": limit,
+        "shared": shared,
+        "reentrant": reentrant,
+    }
+    Guard(name, context=None, **options)  # bad options fail at import, not on a request
 
     def decorator(view: ViewT) -> ViewT:
         if not callable(view):
             raise TypeError(f"lock_view decorates views, not {type(view).__name__}")
-        guard = Guard(
-            name,
-            context=dotted_path(view),
-            blocking_timeout=blocking_timeout,
-            timeout=timeout,
-            auto_renew=auto_renew,
-            fair=fair,
-            on_busy=on_busy,
-            on_unavailable=on_unavailable,
-            fail_open=fail_open,
-            **kind,
-        )
+        guard = Guard(name, context=dotted_path(view), **options)
         guard.namer.check_signature(view)
         instance = bound_view(view)
         # An async class-based view's dispatch() is a plain method returning a coroutine.

@@ -40,9 +40,10 @@ from collections import deque
 from django.db import connections
 from django.utils import timezone
 
-from .engine import BackgroundWorker, forget_after_fork
-from .eventlosses import LossReport, logger
-from .eventrows import (
+from ..engine import BackgroundWorker, forget_after_fork
+from ..settings import get_config
+from .losses import LossReport, logger
+from .rows import (
     Item,
     Written,
     delete_events_before,
@@ -51,7 +52,6 @@ from .eventrows import (
     insert,
     write_in_batches,
 )
-from .settings import get_config
 
 __all__ = [
     "BufferedEventWriter",

@@ -1,0 +1,232 @@
+"""One run of a locked Celery task: take the lock (or skip, retry or fail, as
+``on_busy`` says), run the body, give the lock back; with ``unique_while_queued``, the
+run's side of its claims (a redelivered copy of a running task's message is dropped or
+put back)."""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NoReturn
+
+from celery import Task
+from celery.exceptions import Ignore, Reject, Retry
+
+from ..commands.terminal import escape_for_terminal, timestamp_and_age
+from ..engine import (
+    MAX_CONTEXT_LENGTH,
+    Lock,
+    LockError,
+    LockNotAcquired,
+    TaskClaims,
+    clean_label,
+    current_holder,
+)
+from ..heldlocks import owner_label
+from ..locks import distlock
+from .locking import NEEDS_LOCKED_TASK, NEEDS_LOCKED_TASK_HINT, Locking
+
+__all__ = ["COPY_WAIT", "DEFAULT_VISIBILITY_TIMEOUT", "Run", "logger", "skipped_result"]
+
+logger = logging.getLogger("django_distlock.celery")
+
+# How long a redelivered copy of a running task waits for the lock before it is put back
+# on the queue: long enough for the run that holds it to hand it over if it is ending
+# (a retry it published itself arrives that early), short enough to free the worker.
+COPY_WAIT = 1.0
+
+# Seconds a broker keeps an unacknowledged message before delivering it again, when the
+# app does not say (kombu's default for Redis and SQS).
+DEFAULT_VISIBILITY_TIMEOUT = 3600.0
+
+
+def skipped_result(name: str, retry_after: float | None) -> dict[str, Any]:
+    """The result of a run skipped because lock ``name`` was busy."""
+    return {"distlock": "skipped", "lock": name, "retry_after": retry_after}
+
+
+class Run:
+    """One run of a locked task: take the lock (or do what ``on_busy`` says), run the
+    body, give the lock back."""
+
+    def __init__(
+        self,
+        locking: Locking,
+        task: Task | None,
+        func: Callable[..., Any],
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        *,
+        claims_published: bool,
+    ) -> None:
+        self.locking = locking
+        self.task = task
+        self.name = locking.name_for(args, kwargs)
+        request = None if task is None else task.request
+        self.request = request
+        self.task_id: str | None = (
+            None if request is None or request.called_directly else request.id
+        )
+        self.label = _label(task, self.task_id, func)
+        self.lock = distlock(
+            self.name,
+            timeout=locking.timeout,
+            auto_renew=True,
+            on_lost=functools.partial(_report_lost, self.label),
+            context=f"celery:{self.label}",
+        )
+        # With unique_while_queued, the run's claims on the lock name (None when the
+        # task was called directly: there is no queue then).
+        self.claims: TaskClaims | None = None
+        if locking.unique_while_queued and self.task_id is not None:
+            if not claims_published:  # E007, where no check or worker saw it
+                raise TypeError(f"{self.label}: {NEEDS_LOCKED_TASK} {NEEDS_LOCKED_TASK_HINT}")
+            self.claims = TaskClaims(self.lock.backend, self.name, self.task_id)
+
+    def begin(self) -> bool:
+        """Take the lock for the body; ``False`` if it is busy (see :meth:`busy`).
+        Raises ``Ignore`` for a copy of a message whose task already ran or runs."""
+        if not self._acquire():
+            return False
+        try:
+            if self.claims is not None and not self.claims.start(self.locking.unique_timeout):
+                self.lock.release()
+                logger.info("%s already ran: this copy of its message is dropped", self.label)
+                raise Ignore
+        except BaseException as exc:
+            self.lock.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        if self.request is not None:
+            self.request.distlock = self.lock
+        return True
+
+    def _acquire(self) -> bool:
+        lock, claims, wait = self.lock, self.claims, self.locking.wait
+        if claims is None:
+            return lock.acquire(blocking_timeout=wait)
+        if lock.acquire(blocking_timeout=0):
+            return True
+        if claims.held_by_a_run():
+            # The broker delivered this message again while the run it started still
+            # holds the lock (or was killed and its lease has not run out yet).
+            if lock.acquire(blocking_timeout=COPY_WAIT):
+                return True
+            self._put_back(claims)
+        return wait != 0 and lock.acquire(blocking_timeout=wait)
+
+    def _put_back(self, claims: TaskClaims) -> NoReturn:
+        """Send this copy back to the queue to run after the holder's lease (a holder
+        that was killed leaves the lock then; if the task is done by then, the copy is
+        dropped). Other copies delivered meanwhile are dropped at once."""
+        task = self.task
+        countdown = self.locking.countdown(self.lock.retry_after)
+        if task is not None and claims.defer_once(countdown / 2):
+            task.signature_from_request(task.request, countdown=countdown).apply_async()
+            logger.info(
+                "%s is already running (its message was delivered again): put back to "
+                "run in %.3gs if that run does not end",
+                self.label,
+                countdown,
+            )
+        raise Ignore
+
+    def busy(self) -> Any:
+        """The lock stayed busy: skip, retry or fail, as ``on_busy`` says."""
+        locking = self.locking
+        retry_after = self.lock.retry_after
+        if locking.on_busy == "skip":
+            logger.info(
+                "%s skipped: lock %r is held by %s",
+                self.label,
+                self.name,
+                self._holder(),
+            )
+            self._finish(requeued=False)
+            return skipped_result(self.name, retry_after)
+        how = f"still held after {locking.wait:g}s" if locking.wait else "held by someone else"
+        error = LockNotAcquired(
+            f"could not acquire lock {self.name!r} for {self.label}: {how}",
+            name=self.name,
+            retry_after=retry_after,
+        )
+        if locking.on_busy == "retry" and self.task is not None:
+            try:
+                raise self.task.retry(countdown=locking.countdown(retry_after), exc=error)
+            except Retry:
+                raise
+            except BaseException:  # retries exhausted (or called directly): a failure
+                self._finish(requeued=False)
+                raise
+        self._finish(requeued=False)
+        raise error
+
+    def _holder(self) -> str:
+        """``web-3:4242 MainThread since 2026-11-22 10:01:02 UTC (12s ago)``, for a log line."""
+        try:
+            record = current_holder(self.lock.backend, self.name)
+        except LockError:
+            record = None
+        if record is None:
+            return "someone else (who has just let go)"
+        since = datetime.datetime.fromtimestamp(record.acquired_at, datetime.UTC)
+        owner = owner_label(record.host, record.pid, record.thread)
+        return f"{escape_for_terminal(owner)} since {timestamp_and_age(since)}"
+
+    def _finish(self, *, requeued: bool) -> None:
+        if self.claims is not None:
+            lasts = self.locking.unique_timeout if requeued else self._done_for()
+            self.claims.finish(requeued=requeued, lasts=lasts)
+
+    def _done_for(self) -> float:
+        """How long a finished run's task id is remembered: as long as the broker may
+        deliver a copy of its message again (or put back a copy, see :meth:`_put_back`)."""
+        visibility = DEFAULT_VISIBILITY_TIMEOUT
+        if self.task is not None:
+            options = self.task.app.conf.broker_transport_options or {}
+            visibility = float(options.get("visibility_timeout", visibility))
+        return max(self.locking.unique_timeout, visibility + self.locking.max_retry_countdown)
+
+    def end(self, exc: BaseException | None) -> None:
+        """After the body: mark the task done (or queued again, after a retry) and give
+        the lock back. The body's own exception is never replaced."""
+        finish_error: LockError | None = None
+        try:
+            self._finish(requeued=_published_again(exc))
+        except LockError as error:
+            finish_error = error
+            logger.error("%s: could not record the end of its run: %s", self.label, error)
+        finally:
+            if exc is None:
+                self.lock.__exit__(None, None, None)
+            else:
+                self.lock.__exit__(type(exc), exc, exc.__traceback__)
+        if finish_error is not None and exc is None:
+            raise finish_error
+
+
+def _report_lost(label: str, lock: Lock) -> None:
+    """``on_lost`` of a task's lock (a function, not a method of the run: the lock must
+    not keep the run alive, nor the run the lock, through a cycle)."""
+    logger.warning(
+        "%s lost its lock %r while it ran (%s): another run may start now",
+        label,
+        lock.name,
+        lock.lost_reason or "its lease ended",
+    )
+
+
+def _published_again(exc: BaseException | None) -> bool:
+    """Whether a run that ended with ``exc`` will run again under the same task id."""
+    return isinstance(exc, Retry) or (isinstance(exc, Reject) and bool(exc.requeue))
+
+
+def _label(task: Task | None, task_id: str | None, func: Callable[..., Any]) -> str:
+    """``tasks.import_account[<id>]``, short enough for a context label (the id is kept
+    whole: a redelivered copy recognises its own run by it)."""
+    if task is None:
+        return f"{func.__module__}.{func.__qualname__}"[: MAX_CONTEXT_LENGTH - len("celery:")]
+    suffix = "" if task_id is None else f"[{task_id}]"
+    room = MAX_CONTEXT_LENGTH - len("celery:") - len(suffix)
+    return clean_label(f"{str(task.name)[: max(room, 0)]}{suffix}")
