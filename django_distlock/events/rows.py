@@ -1,7 +1,7 @@
 """How lock events become ``LockEvent`` rows: one ``COPY`` or ``executemany`` per batch,
 a refused batch written again row by row, and the deletion of old rows.
 
-Used by the event writer (:mod:`django_distlock.eventwriter`) for both of its modes,
+Used by the event writer (:mod:`django_distlock.events.writer`) for both of its modes,
 and by :func:`django_distlock.events.prune_events`.
 """
 
@@ -35,8 +35,8 @@ Item = tuple[Event, Any]
 
 _STR_LIMIT = 255  # max_length of LockEvent's host, thread and context
 
-# The columns the writer fills, in the order of its INSERT (tests check that they cover
-# every column of LockEvent but its primary key).
+# The columns the writer fills, in the order of its INSERT and of _row (tests read every
+# column of LockEvent but its primary key back).
 WRITTEN_FIELDS = (
     "name",
     "kind",
@@ -53,6 +53,26 @@ WRITTEN_FIELDS = (
     "mode",
     "limit",
 )
+
+
+def _row(event: Event, user_pk: Any, at: Any) -> tuple[Any, ...]:
+    """The values of ``event``'s row, in ``WRITTEN_FIELDS`` order (``at`` as stored)."""
+    return (
+        event.name,
+        event.kind,
+        None if event.kind == "contended" else event.fence,
+        event.host[:_STR_LIMIT],
+        event.pid,
+        event.thread[:_STR_LIMIT],
+        event.context[:_STR_LIMIT],
+        user_pk,
+        None if event.waited is None else event.waited * 1000,
+        None if event.held is None else event.held * 1000,
+        event.reason,
+        at,
+        event.mode,
+        event.limit,
+    )
 
 
 class Written(NamedTuple):
@@ -106,60 +126,43 @@ def timestamp_adapter(connection: Any) -> Callable[[float], Any]:
     return stored_at
 
 
-def _columns(connection: Any) -> tuple[str, str]:
+def _statements(connection: Any) -> tuple[str, str]:
+    """The ``COPY`` and the ``INSERT`` of ``WRITTEN_FIELDS`` into the events' table."""
     meta = LockEvent._meta
     quote = connection.ops.quote_name
+    table = quote(meta.db_table)
     columns = ", ".join(quote(meta.get_field(name).column) for name in WRITTEN_FIELDS)
-    return quote(meta.db_table), columns
-
-
-def _insert_sql(connection: Any) -> str:
-    table, columns = _columns(connection)
     placeholders = ", ".join(["%s"] * len(WRITTEN_FIELDS))
     # Identifiers from the model, quoted by the backend; values are parameters.
-    return f"INSERT INTO {table} ({columns}) VALUES ({placeholders})"  # noqa: S608
+    return (
+        f"COPY {table} ({columns}) FROM STDIN",
+        f"INSERT INTO {table} ({columns}) VALUES ({placeholders})",  # noqa: S608
+    )
 
 
 def insert(items: Sequence[Item], alias: str) -> None:
     """Insert ``items`` as LockEvent rows in one transaction (raises on database errors):
     ``COPY`` on PostgreSQL with psycopg 3, one ``executemany`` elsewhere.
 
-    Not ``bulk_create``: building and compiling model instances costs about 15 times more
-    CPU per row than this, and psycopg's ``executemany`` about 6 times more than ``COPY``:
-    CPU the writer thread would take from the locks of its own process. Values are plain
-    ``str``/``int``/``float``/``None``, and the datetime goes through the backend's own
-    adaptation, as the ORM does (:func:`timestamp_adapter`).
+    Not ``bulk_create``: building and compiling model instances takes several times the
+    CPU per row (bench/results.md, 2026-11-26), CPU the writer thread would take from
+    the locks of its own process. Values are plain ``str``/``int``/``float``/``None``,
+    and the datetime goes through the backend's own adaptation, as the ORM does
+    (:func:`timestamp_adapter`).
     """
     connection = connections[alias]
     stored_at = timestamp_adapter(connection)
     now = time.time()
-    rows = [
-        (
-            event.name,
-            event.kind,
-            None if event.kind == "contended" else event.fence,
-            event.host[:_STR_LIMIT],
-            event.pid,
-            event.thread[:_STR_LIMIT],
-            event.context[:_STR_LIMIT],
-            user_pk,
-            None if event.waited is None else event.waited * 1000,
-            None if event.held is None else event.held * 1000,
-            event.reason,
-            stored_at(event.at or now),
-            event.mode,
-            event.limit,
-        )
-        for event, user_pk in items
-    ]
+    rows = [_row(event, user_pk, stored_at(event.at or now)) for event, user_pk in items]
+    copy_sql, insert_sql = _statements(connection)
     with transaction.atomic(using=alias), connection.cursor() as cursor:
         copy = getattr(cursor.cursor, "copy", None) if connection.vendor == "postgresql" else None
         if copy is not None and len(rows) > 1:  # psycopg 3
-            with copy("COPY {} ({}) FROM STDIN".format(*_columns(connection))) as stream:
+            with copy(copy_sql) as stream:
                 for row in rows:
                     stream.write_row(row)
         else:
-            cursor.executemany(_insert_sql(connection), rows)
+            cursor.executemany(insert_sql, rows)
 
 
 def _row_error(error: Exception, alias: str) -> bool:

@@ -1,6 +1,6 @@
 """Writing lock events as ``LockEvent`` rows, the ``"async"`` and ``"sync"`` ways of
 ``DISTLOCK["EVENTS"]`` (:mod:`django_distlock.events` decides which; the SQL itself is
-in :mod:`django_distlock.eventrows`).
+in :mod:`django_distlock.events.rows`).
 
 - ``"async"`` (:func:`write_later`): the event is appended to an in-memory buffer, and
   one background thread per process (:class:`BufferedEventWriter`) inserts the buffer in
@@ -23,7 +23,7 @@ in :mod:`django_distlock.eventrows`).
 
 Lost events (database errors, a full buffer) are logged at WARNING on the
 ``django_distlock.events`` logger with how many and why, never raised into the lock
-(:mod:`django_distlock.eventlosses`); when the writer is still stuck at exit, the last
+(:mod:`django_distlock.events.losses`); when the writer is still stuck at exit, the last
 WARNING counts every event the process lost.
 """
 
