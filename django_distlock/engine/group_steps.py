@@ -8,34 +8,36 @@ import contextlib
 import math
 import time
 from collections.abc import Generator
+from dataclasses import dataclass
 from typing import Any
 
-from .core import (
-    AcquiredMany,
-    NotAcquired,
-    release_steps,
-    reply_tag,
-    unexpected,
-    wake_steps,
-)
+from .core import AcquiredMany, NotAcquired, release_steps, wake_steps, wake_time
 from .exceptions import LockError
 from .keys import LockKeys
 from .ops import AwaitWakeUp, Call, CallEndingWait, Op, StartWait, Wake
+from .replies import reply_tag, unexpected
 from .scripts import MANY_ACQUIRE, PASS_ON
 from .tuning import Tuning, ms
 
-__all__ = ["acquire_many_steps"]
+__all__ = ["GroupRequest", "acquire_many_steps"]
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRequest:
+    """What each group of one acquire is taken with: one token and lease for every name,
+    the owner stored with them, and whether (until when) to wait."""
+
+    token: str
+    lease: float
+    owner: str
+    blocking: bool
+    deadline: float | None
+    """Monotonic time to stop waiting at, ``None`` to wait forever."""
+    tuning: Tuning
 
 
 def acquire_many_steps(
-    *,
-    groups: list[list[LockKeys]],
-    token: str,
-    lease: float,
-    owner: str,
-    blocking: bool,
-    deadline: float | None,
-    tuning: Tuning,
+    groups: list[list[LockKeys]], request: GroupRequest
 ) -> Generator[Op, Any, AcquiredMany | NotAcquired]:
     """Steps to take the exclusive locks of ``groups`` with one token, all or none.
 
@@ -47,6 +49,7 @@ def acquire_many_steps(
     group is busy the caller holds none of *its* locks and waits, notified, for the one
     that was busy.
     """
+    token, lease, tuning = request.token, request.lease, request.tuning
     taken: list[list[LockKeys]] = []
     fences: list[int] = []
     acquired_at_us = 0
@@ -55,9 +58,7 @@ def acquire_many_steps(
     try:
         for group in groups:
             current = group
-            outcome = yield from _acquire_group(
-                group, token, lease, owner, blocking, deadline, tuning
-            )
+            outcome = yield from _acquire_group(group, request)
             current = None
             if type(outcome) is NotAcquired:
                 yield from _release_groups(taken, token, tuning)
@@ -90,15 +91,15 @@ def _release_groups(
 
 
 def _acquire_group(
-    group: list[LockKeys],
-    token: str,
-    lease: float,
-    owner: str,
-    blocking: bool,
-    deadline: float | None,
-    tuning: Tuning,
+    group: list[LockKeys], request: GroupRequest
 ) -> Generator[Op, Any, tuple[list[int], int, float] | NotAcquired]:
     """Steps to take one group (one script); see :func:`acquire_many_steps`."""
+    token, blocking, deadline, tuning = (
+        request.token,
+        request.blocking,
+        request.deadline,
+        request.tuning,
+    )
     waiter = token[:16] if blocking else ""
     liveness_ms = tuning.waiter_liveness_ms
     lock_keys = tuple(
@@ -107,7 +108,13 @@ def _acquire_group(
         for key in (keys.lock, keys.fence, keys.waiters, keys.index, keys.writers)
     )
     names = tuple(keys.name for keys in group)
-    base = (token, ms(lease), owner, tuning.fence_memory_ms, liveness_ms if waiter else "")
+    base = (
+        token,
+        ms(request.lease),
+        request.owner,
+        tuning.fence_memory_ms,
+        liveness_ms if waiter else "",
+    )
     waited_on: LockKeys | None = None  # whose BLPOP is outstanding
     consumed_from: LockKeys | None = None  # a wake-up we consumed and did not use
     writer_of: list[LockKeys] = []  # locks held shared whose writers we wait among
@@ -149,8 +156,7 @@ def _acquire_group(
                 continue
             yield StartWait((busy.wake(waiter), busy.signal))
             waited_on = busy
-            timer = tuning.wait_cap if wait_ms < 0 else (wait_ms + 1) / 1000
-            wake_at = sent_at + min(timer, tuning.wait_cap, max(remaining, 0.0))
+            wake_at = wake_time(sent_at, wait_ms, remaining, tuning)
             woke = yield AwaitWakeUp(max(0.0, wake_at - time.monotonic()))
             timer_fired = woke is Wake.TIMER
             if woke is not Wake.TIMER:

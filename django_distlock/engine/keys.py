@@ -54,21 +54,9 @@ def validate_name(name: Any, argument: str = "name") -> str:
 
     A name is a non-empty ``str`` of at most 512 characters (code points) with no NUL.
     """
-    if not isinstance(name, str):
-        raise TypeError(f"{argument} must be a str, not {type(name).__name__}")
-    if not name:
+    if isinstance(name, str) and not name:
         raise ValueError(f"{argument} must not be empty")
-    if len(name) > MAX_NAME_LENGTH:
-        raise ValueError(
-            f"{argument} must be at most {MAX_NAME_LENGTH} characters, not {len(name)}"
-        )
-    if "\x00" in name:
-        raise ValueError(f"{argument} must not contain NUL characters")
-    try:
-        name.encode()
-    except UnicodeEncodeError as exc:
-        raise ValueError(f"{argument} must be encodable as UTF-8 ({exc.reason})") from None
-    return name
+    return _stored_text(name, argument, MAX_NAME_LENGTH)
 
 
 def validate_context(value: Any, argument: str = "context") -> str:
@@ -79,12 +67,16 @@ def validate_context(value: Any, argument: str = "context") -> str:
     UTF-8 can encode: it is stored with the lock in Redis and in ``LockEvent.context``,
     and a value the database refuses would cost the events written with it.
     """
+    return _stored_text(value, argument, MAX_CONTEXT_LENGTH)
+
+
+def _stored_text(value: Any, argument: str, max_length: int) -> str:
+    """``value`` if it is a ``str`` of at most ``max_length`` characters, without NUL,
+    that UTF-8 can encode (what Redis and the database store)."""
     if not isinstance(value, str):
         raise TypeError(f"{argument} must be a str, not {type(value).__name__}")
-    if len(value) > MAX_CONTEXT_LENGTH:
-        raise ValueError(
-            f"{argument} must be at most {MAX_CONTEXT_LENGTH} characters, not {len(value)}"
-        )
+    if len(value) > max_length:
+        raise ValueError(f"{argument} must be at most {max_length} characters, not {len(value)}")
     if "\x00" in value:
         raise ValueError(f"{argument} must not contain NUL characters")
     try:

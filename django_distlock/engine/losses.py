@@ -1,5 +1,5 @@
 """Telling a holder: the one place a lost hold is reported (its ``lost`` event, then its
-lock's ``on_lost``), and the one way an event about a hold is built."""
+lock's ``on_lost``), and the one way an event about a hold (or an acquire) is built."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from .hold import Hold
 from .modes import LIMITED
 from .ownership import run_on_loop_of
 
-__all__ = ["REPORTING", "hold_event", "report_loss"]
+__all__ = ["REPORTING", "attempt_event", "hold_event", "report_loss", "tell", "tell_attempt"]
 
 logger = logging.getLogger("django_distlock")
 
@@ -30,16 +30,36 @@ thread (or its hold's loop), and its lock's properties describe that hold there.
 
 def hold_event(hold: Hold, kind: str, **details: Any) -> Event:
     """An event about ``hold``, for its backend's observer."""
+    return _event(hold, kind, fence=hold.fence, at=time.time(), **details)
+
+
+def attempt_event(hold: Hold, kind: str, **details: Any) -> Event:
+    """An event about an acquire that did not take the lock (``hold`` was prepared for
+    it): no fence."""
+    return _event(hold, kind, fence=None, **details)
+
+
+def tell(hold: Hold, kind: str, **details: Any) -> None:
+    """Tell ``hold``'s backend's observer, if it has one, the :func:`hold_event`."""
+    if hold.backend.observer is not None:
+        hold.backend.emit(hold_event(hold, kind, **details))
+
+
+def tell_attempt(hold: Hold, kind: str, **details: Any) -> None:
+    """Tell ``hold``'s backend's observer, if it has one, the :func:`attempt_event`."""
+    if hold.backend.observer is not None:
+        hold.backend.emit(attempt_event(hold, kind, **details))
+
+
+def _event(hold: Hold, kind: str, **details: Any) -> Event:
     return Event(
         kind=kind,
         name=hold.name,
-        fence=hold.fence,
         context=hold.context,
         host=HOSTNAME,
         pid=os.getpid(),
         thread=hold.thread,
         template=hold.template,
-        at=time.time(),
         mode=hold.mode,
         limit=hold.limit if hold.mode == LIMITED else None,
         **details,
@@ -54,16 +74,7 @@ def report_loss(hold: Hold, on_lost: Callable[[Any], Any] | None = None, lock: A
     if hold.lost_reported:
         return
     hold.lost_reported = True
-    if hold.backend.observer is not None:
-        hold.backend.emit(
-            hold_event(
-                hold,
-                "lost",
-                held=hold.held_for,
-                reason=hold.lost_reason,
-                cause=hold.lost_cause.value,
-            )
-        )
+    tell(hold, "lost", held=hold.held_for, reason=hold.lost_reason, cause=hold.lost_cause.value)
     if on_lost is None:
         return
     reporting = REPORTING.set(hold)

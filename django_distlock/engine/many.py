@@ -15,20 +15,24 @@ own fence, lease renewal, loss report and events.
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
-from collections.abc import Callable, Coroutine, Iterable
-from types import TracebackType
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
 from .aio import AsyncDriver
+from .arguments import UNSET, BackendSource, waiting_options
 from .backend import Backend
+from .contexts import ExcInfo, LockContext
 from .core import Acquired, AcquiredMany, NotAcquired, new_token
 from .exceptions import LockError, LockNotAcquired, LockNotOwned
-from .group_steps import acquire_many_steps
+from .group_steps import GroupRequest, acquire_many_steps
+from .hold import Hold
 from .io import SyncDriver
 from .keys import LockKeys
-from .lock import UNSET, BackendSource, Lock, waiting_options
+from .lock import Lock
+from .outcomes import contended
 from .ownership import current_task_or_thread, running_task
 from .watchdog import loop_watchdog, thread_watchdog
 
@@ -38,7 +42,7 @@ MAX_NAMES = 1000
 """The most names one :class:`LockGroup` may take (one script's keys stay bounded)."""
 
 
-class LockGroup:
+class LockGroup(LockContext):
     """Exclusive locks on several names, taken all or none (``distlock_many``).
 
     >>> with LockGroup(["account:1", "account:2"], backend=backend) as group:  # doctest: +SKIP
@@ -157,12 +161,12 @@ class LockGroup:
 
     def _begin(
         self, blocking: Any, blocking_timeout: Any, owner: Any, task: Any
-    ) -> tuple[list[tuple[Lock, Any]], Any, Backend]:
+    ) -> tuple[list[tuple[Lock, Hold]], Any, Backend]:
         blocking, blocking_timeout = waiting_options(
             blocking, blocking_timeout, self.blocking, self.blocking_timeout
         )
         for lock in self.locks.values():
-            current = lock._find(task)
+            current = lock.holdings.find(task)
             if current is not None and not current.is_lost() and not current.release_failed:
                 raise LockError(
                     f"lock group {self.names!r} is already held by this thread or task",
@@ -171,24 +175,28 @@ class LockGroup:
         first = next(iter(self.locks.values()))
         backend = first.backend
         token = new_token()
-        ordered = sorted(self.locks.values(), key=lambda lock: _order(lock, backend))
-        holds = [(lock, lock._new_hold(backend, owner, token)) for lock in ordered]
+        keyed = sorted(
+            ((LockKeys.for_name(backend.prefix, lock.name), lock) for lock in self.locks.values()),
+            key=_order,
+        )
+        holds = [
+            (lock, lock.holdings.prepare(lock, backend, owner, token, keys)) for keys, lock in keyed
+        ]
         started = holds[0][1].started_mono
-        leases = {hold.lease for _lock, hold in holds}
-        steps = acquire_many_steps(
-            groups=_groups([hold.keys for _lock, hold in holds], backend),
+        request = GroupRequest(
             token=token,
-            lease=max(leases),
-            owner=first._owner(holds[0][1].thread, holds[0][1].auto_renew),
+            lease=max(hold.lease for _lock, hold in holds),
+            owner=first.holdings.owner_metadata(first.context, holds[0][1]),
             blocking=blocking,
             deadline=None if blocking_timeout is None else started + blocking_timeout,
             tuning=backend.tuning,
         )
+        steps = acquire_many_steps(_groups([hold.keys for _lock, hold in holds], backend), request)
         return holds, steps, backend
 
     def _settle(
         self,
-        holds: list[tuple[Lock, Any]],
+        holds: list[tuple[Lock, Hold]],
         outcome: AcquiredMany | NotAcquired,
         owner: Any,
         watchdog: Callable[[], Any],
@@ -196,23 +204,17 @@ class LockGroup:
         now = time.monotonic()
         if type(outcome) is NotAcquired:
             self.retry_after = outcome.retry_after
-            lock, hold = holds[0]
-            lock._emit(
-                hold.backend,
-                "contended",
-                None,
-                hold.thread,
-                waited=now - hold.started_mono,
-                retry_after=outcome.retry_after,
-            )
+            hold = holds[0][1]
+            contended(hold, outcome.retry_after, now - hold.started_mono)
             return False
         self.retry_after = None
         for (lock, hold), fence in zip(holds, outcome.fences, strict=True):
-            earlier = lock._find(owner)
+            earlier = lock.holdings.find(owner)
             if earlier is not None:
                 earlier.released = True  # lost, or its release failed: replaced
+            lock.retry_after = None
             acquired = Acquired(fence, outcome.acquired_at_us, outcome.sent_at)
-            lock._adopt(hold, acquired, owner, watchdog, now)
+            lock.holdings.adopt(hold, acquired, owner, watchdog, now, reentrant=lock.reentrant)
         return True
 
     # -- release --------------------------------------------------------------------------
@@ -221,32 +223,16 @@ class LockGroup:
         """Give every name back (each one even if another fails). Raises the first
         error afterwards: ``LockNotOwned`` if the caller holds none of them, ``LockLost``
         if one was lost meanwhile."""
-        task = running_task()
-        locks = self._held_locks(task)
-        first_error: LockError | None = None
-        for lock in locks:
-            try:
-                lock.release()
-            except LockError as error:
-                first_error = first_error or error
-        if first_error is not None:
-            raise first_error
+        _each(lock.release for lock in self._held_locks(running_task()))
 
     async def arelease(self) -> None:
         """Async twin of :meth:`release`."""
-        task = running_task()
-        locks = self._held_locks(task)
-        first_error: LockError | None = None
-        for lock in locks:
-            try:
-                await lock.arelease()
-            except LockError as error:
-                first_error = first_error or error
-        if first_error is not None:
-            raise first_error
+        await _aeach(lock.arelease for lock in self._held_locks(running_task()))
 
     def _held_locks(self, task: Any) -> list[Lock]:
-        locks = [lock for lock in reversed(self.locks.values()) if lock._find(task) is not None]
+        locks = [
+            lock for lock in reversed(self.locks.values()) if lock.holdings.find(task) is not None
+        ]
         if not locks:
             raise LockNotOwned(
                 f"cannot release lock group {self.names!r}: not held by this thread or task",
@@ -254,53 +240,15 @@ class LockGroup:
             )
         return locks
 
-    # -- context managers -----------------------------------------------------------------
+    # -- with -----------------------------------------------------------------------------
 
-    def __enter__(self) -> LockGroup:
-        if not self.acquire():
-            raise self._not_acquired()
-        return self
+    def _leave(self, exc_info: ExcInfo) -> None:
+        _each(functools.partial(lock.__exit__, *exc_info) for lock in reversed(self.locks.values()))
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        task = running_task()
-        first_error: BaseException | None = None
-        for lock in reversed(self.locks.values()):
-            if lock._find(task) is None:
-                continue
-            try:
-                lock.__exit__(exc_type, exc, tb)
-            except LockError as error:
-                first_error = first_error or error
-        if first_error is not None:
-            raise first_error
-
-    async def __aenter__(self) -> LockGroup:
-        if not await self.aacquire():
-            raise self._not_acquired()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        task = running_task()
-        first_error: BaseException | None = None
-        for lock in reversed(self.locks.values()):
-            if lock._find(task) is None:
-                continue
-            try:
-                await lock.__aexit__(exc_type, exc, tb)
-            except LockError as error:
-                first_error = first_error or error
-        if first_error is not None:
-            raise first_error
+    async def _aleave(self, exc_info: ExcInfo) -> None:
+        await _aeach(
+            functools.partial(lock.__aexit__, *exc_info) for lock in reversed(self.locks.values())
+        )
 
     def _not_acquired(self) -> LockNotAcquired:
         how = (
@@ -315,9 +263,9 @@ class LockGroup:
         )
 
 
-def _order(lock: Lock, backend: Backend) -> tuple[int, bytes]:
+def _order(keyed: tuple[LockKeys, Lock]) -> tuple[int, bytes]:
     """The global order names are taken in: bucket, then name (UTF-8 bytes)."""
-    keys = lock._keys_for(backend.prefix)
+    keys, lock = keyed
     return keys.bucket, lock.name.encode("utf-8", "surrogatepass")
 
 
@@ -332,3 +280,27 @@ def _groups(keys: list[LockKeys], backend: Backend) -> list[list[LockKeys]]:
         else:
             groups.append([item])
     return groups
+
+
+def _each(calls: Iterable[Callable[[], Any]]) -> None:
+    """Make every call, even after one raised :class:`LockError`; then raise the first."""
+    first_error: LockError | None = None
+    for call in calls:
+        try:
+            call()
+        except LockError as error:
+            first_error = first_error or error
+    if first_error is not None:
+        raise first_error
+
+
+async def _aeach(calls: Iterable[Callable[[], Awaitable[Any]]]) -> None:
+    """Async twin of :func:`_each`."""
+    first_error: LockError | None = None
+    for call in calls:
+        try:
+            await call()
+        except LockError as error:
+            first_error = first_error or error
+    if first_error is not None:
+        raise first_error

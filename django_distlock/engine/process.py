@@ -11,9 +11,13 @@ count as absent in any other.
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable
+from typing import Generic, TypeVar
 
-__all__ = ["forget_after_fork", "generation"]
+__all__ = ["PerProcess", "forget_after_fork", "generation"]
+
+T = TypeVar("T")
 
 _generation = 0
 _forgetters: list[Callable[[], None]] = []
@@ -28,6 +32,34 @@ def forget_after_fork(callback: Callable[[], None]) -> None:
     """Call ``callback`` in every child forked from now on, before it runs anything else.
     A no-op where ``os.fork`` does not exist."""
     _forgetters.append(callback)
+
+
+class PerProcess(Generic[T]):
+    """One ``make()`` per process, made on first use; :meth:`forget` it after a fork so
+    that the child makes its own."""
+
+    __slots__ = ("_lock", "_make", "made")
+
+    def __init__(self, make: Callable[[], T]) -> None:
+        self._make = make
+        self.made: T | None = None
+        """The one made so far in this process, else ``None``."""
+        self._lock = threading.Lock()
+
+    def get(self) -> T:
+        """The process's one, made now if it was not yet."""
+        made = self.made
+        if made is None:
+            with self._lock:
+                made = self.made
+                if made is None:
+                    made = self.made = self._make()
+        return made
+
+    def forget(self) -> None:
+        """Forget the one made (a forked child's lock is new too)."""
+        self.made = None
+        self._lock = threading.Lock()
 
 
 def _after_fork_in_child() -> None:

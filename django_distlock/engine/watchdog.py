@@ -341,10 +341,8 @@ class LoopWatchdog:
                 await driver.call_many(wakes, plan.timeout)
 
 
-_notifier: Notifier | None = None
-_notifier_lock = threading.Lock()
-_thread_watchdog: ThreadWatchdog | None = None
-_thread_watchdog_lock = threading.Lock()
+_notifiers = process.PerProcess(Notifier)
+_thread_watchdogs = process.PerProcess(ThreadWatchdog)
 _loop_watchdogs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWatchdog] = (
     weakref.WeakKeyDictionary()
 )
@@ -352,22 +350,12 @@ _loop_watchdogs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWatchd
 
 def notifier() -> Notifier:
     """The process's notifier, which tells holders of losses."""
-    global _notifier
-    if _notifier is None:
-        with _notifier_lock:
-            if _notifier is None:
-                _notifier = Notifier()
-    return _notifier
+    return _notifiers.get()
 
 
 def thread_watchdog() -> ThreadWatchdog:
     """The process's watchdog for sync holders."""
-    global _thread_watchdog
-    if _thread_watchdog is None:
-        with _thread_watchdog_lock:
-            if _thread_watchdog is None:
-                _thread_watchdog = ThreadWatchdog()
-    return _thread_watchdog
+    return _thread_watchdogs.get()
 
 
 def loop_watchdog() -> LoopWatchdog:
@@ -381,11 +369,9 @@ def loop_watchdog() -> LoopWatchdog:
 
 def _forget_after_fork() -> None:
     # A forked child holds none of its parent's locks and has none of its threads.
-    global _notifier, _notifier_lock, _thread_watchdog, _thread_watchdog_lock, _loop_watchdogs
-    _notifier = None
-    _notifier_lock = threading.Lock()
-    _thread_watchdog = None
-    _thread_watchdog_lock = threading.Lock()
+    global _loop_watchdogs
+    _notifiers.forget()
+    _thread_watchdogs.forget()
     _loop_watchdogs = weakref.WeakKeyDictionary()
 
 

@@ -10,13 +10,8 @@ import time
 import pytest
 
 from django_distlock.engine import LockBackendError, LockBackendUnavailable, LockKeys, Tuning
-from django_distlock.engine.core import (
-    Acquired,
-    NotAcquired,
-    acquire_steps,
-    owner_metadata,
-    release_steps,
-)
+from django_distlock.engine.core import Acquired, NotAcquired, owner_metadata, release_steps
+from django_distlock.engine.lock_steps import acquire_steps
 from django_distlock.engine.ops import AwaitWakeUp, Call, CallEndingWait, Pause, StartWait, Wake
 from django_distlock.engine.scripts import ACQUIRE, PASS_ON, RELEASE
 

@@ -28,7 +28,7 @@ RUNS = [
     RunConfig("single", "mutex", seed=101, seconds=8),
     RunConfig("single", "mutex", seed=102, seconds=8, fenced=False),
     RunConfig("single", "limited", seed=103, seconds=8),
-    # Found a re-entrant hold re-entered after its release failed (fixed in Lock._reenter;
+    # Found a re-entrant hold re-entered after its release failed (fixed in Holdings.reenter;
     # tests/faults/test_server_outages.py has the deterministic test).
     RunConfig("single", "reentrant", seed=104, seconds=8),
     RunConfig("replicated", "mutex-async", seed=201, seconds=8),

@@ -19,7 +19,7 @@ from django_distlock.engine.renewal import abandoned_reason, abandoned_release_c
 
 
 def _watched() -> list[Hold]:
-    renewer = watchdog._thread_watchdog
+    renewer = watchdog._thread_watchdogs.made
     if renewer is None:
         return []
     # list() of a list or deque is one step under the GIL: a consistent snapshot.

@@ -5,15 +5,14 @@ from __future__ import annotations
 from .lua import (
     END_WAIT,
     KEYS_DOC,
-    NEXT_FENCE,
     NOW,
     PRUNE_HOLDERS,
-    QUEUE_HEAD,
-    TAKE_TURN,
+    RUN_ATTEMPT,
     WAKE_ONE,
     Script,
     enqueue,
     is_mine,
+    take_if_free,
 )
 
 __all__ = ["ACQUIRE", "EXTEND", "PASS_ON", "RELEASE", "TTL", "WAKE"]
@@ -73,17 +72,7 @@ local function attempt()
   if pttl ~= -2 and waiter == '' then return {'busy', pttl, ''} end
 """
     + NOW
-    + r"""
-  local head = false
-  if fair then"""
-    + QUEUE_HEAD
-    + r"""
-  end
-  if pttl == -2 and (not head or head == waiter) then"""
-    + TAKE_TURN
-    + r"""
-    local lease_ms = tonumber(ARGV[2])"""
-    + NEXT_FENCE
+    + take_if_free("pttl")
     + r"""
     redis.call('SET', KEYS[1],
       ARGV[1] .. '\n' .. fence .. '\n' .. now_us .. '\n' .. ARGV[2] .. '\n' .. ARGV[3],
@@ -118,13 +107,8 @@ local function attempt()
     return {'busy', tonumber(redis.call('ZSCORE', KEYS[6], head)) - now_ms, head, writer}
   end
   return {'busy', wait_ms, '', writer}
-end
-local result = attempt()
-"""
-    + END_WAIT
-    + r"""
-return result
-""",
+end"""
+    + RUN_ATTEMPT,
 )
 
 RELEASE = Script(

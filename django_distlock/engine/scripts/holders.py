@@ -3,28 +3,27 @@
 from __future__ import annotations
 
 from .lua import (
-    END_WAIT,
     EXPIRE_HOLDERS,
     KEYS_DOC,
-    NEXT_FENCE,
     NOW,
     PRUNE_HOLDERS,
-    QUEUE_HEAD,
-    TAKE_TURN,
+    RUN_ATTEMPT,
     WAKE_ONE,
     Script,
     enqueue,
+    take_if_free,
 )
 
 __all__ = ["HOLDER_ACQUIRE", "HOLDER_EXTEND", "HOLDER_RELEASE", "HOLDER_TTL"]
+
+HOLDER_KEYS_DOC = KEYS_DOC + "\n-- (KEYS[4] is the bucket's index of shared and limited holds)"
 
 
 HOLDER_ACQUIRE = Script(
     "holder_acquire",
     "-- holder_acquire: take a shared hold, or one of a limited lock's slots."
-    + KEYS_DOC
+    + HOLDER_KEYS_DOC
     + r"""
--- (KEYS[4] is the bucket's index of shared and limited holds)
 -- ARGV[1..9] as for acquire; ARGV[4] is the index member (name NUL token)
 -- ARGV[10] kind: 'shared' or 'limited N'   ARGV[11] N (0 for shared)
 -- returns {'taken', fence, acquired_at_us, head} when taken (or already held with this
@@ -78,17 +77,8 @@ local function attempt()"""
     end
   end
   local waiter = ARGV[6]
-  if obstacle_ms ~= -2 and waiter == '' then return {'busy', obstacle_ms, ''} end
-  local head = false
-  if fair then"""
-    + QUEUE_HEAD
-    + r"""
-  end
-  if obstacle_ms == -2 and (not head or head == waiter) then"""
-    + TAKE_TURN
-    + r"""
-    local lease_ms = tonumber(ARGV[2])"""
-    + NEXT_FENCE
+  if obstacle_ms ~= -2 and waiter == '' then return {'busy', obstacle_ms, ''} end"""
+    + take_if_free("obstacle_ms")
     + r"""
     redis.call('ZADD', KEYS[1], now_ms + lease_ms, ARGV[1])
     redis.call('HSET', KEYS[9], ARGV[1],
@@ -124,21 +114,15 @@ local function attempt()"""
     return {'busy', tonumber(redis.call('ZSCORE', KEYS[6], head)) - now_ms, head}
   end
   return {'busy', obstacle_ms, ''}
-end
-local result = attempt()
-"""
-    + END_WAIT
-    + r"""
-return result
-""",
+end"""
+    + RUN_ATTEMPT,
 )
 
 HOLDER_RELEASE = Script(
     "holder_release",
     "-- holder_release: end a shared or limited hold with this token, then wake a waiter."
-    + KEYS_DOC
+    + HOLDER_KEYS_DOC
     + r"""
--- (KEYS[4] is the bucket's index of shared and limited holds)
 -- ARGV[1] token  ARGV[2] index member (name NUL token)  ARGV[3] wake-up lifetime ms
 -- returns {'released', head} when released (head: a fair waiter for the caller to wake,
 --         or ''), {'not held', ''} when the lock is not held with this token (or its

@@ -16,11 +16,13 @@ __all__ = [
     "NOW",
     "PRUNE_HOLDERS",
     "QUEUE_HEAD",
+    "RUN_ATTEMPT",
     "TAKE_TURN",
     "WAKE_ONE",
     "Script",
     "enqueue",
     "is_mine",
+    "take_if_free",
 ]
 
 
@@ -183,3 +185,29 @@ if end_wait == '1' then
   redis.call('PEXPIRE', KEYS[7], liveness_ms)
 end
 """
+
+
+def take_if_free(obstacle: str) -> str:
+    """Taking a lock whose obstacle is gone (the Lua variable ``obstacle`` is -2; needs
+    `waiter`, `fair`, `now_ms`, `now_us`), up to the point where it is stored: a fair
+    caller only on its turn, leaving the queue. Sets `head` (the fair queue's first live
+    waiter, or false), `lease_ms` and `fence`; the including script stores the hold and
+    closes the ``if``."""
+    return (
+        r"""
+  local head = false
+  if fair then"""
+        + QUEUE_HEAD
+        + r"""
+  end
+  if OBSTACLE == -2 and (not head or head == waiter) then"""
+        + TAKE_TURN
+        + r"""
+    local lease_ms = tonumber(ARGV[2])"""
+        + NEXT_FENCE
+    ).replace("OBSTACLE", obstacle)
+
+
+# Runs the including script's `attempt()`, then ends the caller's wait (END_WAIT) after
+# whatever the attempt cleared, and returns the attempt's answer.
+RUN_ATTEMPT = "\nlocal result = attempt()\n" + END_WAIT + "\nreturn result\n"
