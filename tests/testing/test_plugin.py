@@ -58,10 +58,23 @@ def refused(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) != 0
 
 
-def test_the_demos_tests_run_on_the_plugin_from_its_entry_point(tmp_path):
-    plugin_entry_point()
+def processes_under(directory: Path) -> list[str]:
+    """The command lines of the processes running with ``directory`` in them (our
+    servers run with ``--dir`` in a temporary directory there)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            command = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue  # ended meanwhile
+        if str(directory) in command:
+            found.append(command)
+    return found
+
+
+def run_the_demos_tests(tmp_path: Path, *options: str) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "testproject/tests", "-v", "-p", "no:cacheprovider"],
+        [sys.executable, "-m", "pytest", "testproject/tests", "-p", "no:cacheprovider", *options],
         cwd=ROOT,
         env=user_env(tmp_path),
         capture_output=True,
@@ -71,16 +84,30 @@ def test_the_demos_tests_run_on_the_plugin_from_its_entry_point(tmp_path):
     )
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
-    assert re.search(r"^plugins: .*django-distlock", result.stdout, re.MULTILINE), output
     assert re.search(r"\b9 passed\b", result.stdout), output
+    assert processes_under(tmp_path / "tmp") == []  # nothing it started runs on
+    # The servers' directories and logs are removed (pytest-xdist leaves its own there).
+    assert list((tmp_path / "tmp").glob("distlock-*")) == []
+    return result
+
+
+def test_the_demos_tests_run_on_the_plugin_from_its_entry_point(tmp_path):
+    plugin_entry_point()
+    result = run_the_demos_tests(tmp_path, "-v")
+    assert re.search(r"^plugins: .*django-distlock", result.stdout, re.MULTILINE), result.stdout
     started = STARTED.search(result.stdout)
-    assert started, output
+    assert started, result.stdout
     pid, port, milliseconds = started.groups()
     assert int(milliseconds) < 1000  # the first use of distlock_server in a session
     with pytest.raises(ProcessLookupError):
         os.kill(int(pid), 0)
     assert refused(int(port))
-    assert list((tmp_path / "tmp").iterdir()) == []  # its directory and log removed
+
+
+def test_the_demos_tests_run_under_xdist(tmp_path):
+    """One server per worker (each worker is a session), a fresh prefix per test."""
+    plugin_entry_point()
+    run_the_demos_tests(tmp_path, "-n", "2")
 
 
 KILLED_SESSION = """
@@ -131,3 +158,23 @@ def test_nothing_starts_unless_a_test_asks(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "django-distlock" in result.stdout  # the plugin is loaded...
     assert "lock server" not in result.stdout  # ...and started nothing
+
+
+def test_distlock_test_url_is_used_instead_of_a_server(tmp_path, redis_server):
+    plugin_entry_point()
+    (tmp_path / "test_url.py").write_text(
+        "import os\n\n\ndef test_url(distlock_server):\n"
+        "    assert distlock_server == os.environ['DISTLOCK_TEST_URL']\n"
+    )
+    env = {**user_env(tmp_path), TEST_URL_ENV_VAR: redis_server.url}
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "test_url.py"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "lock server" not in result.stdout  # nothing started
