@@ -69,9 +69,12 @@ class LockTestHelper:
     def start(cls, url: str | None = None) -> LockTestHelper:
         """A helper already applied: on ``url``, else on ``$DISTLOCK_TEST_URL``, else on a
         private server of its own, which :meth:`stop` stops."""
-        url = url or os.environ.get(TEST_URL_ENV_VAR) or None
-        server = None if url else LockServer().start()
-        helper = cls(url or server.url)  # type: ignore[union-attr]
+        url = url or os.environ.get(TEST_URL_ENV_VAR)
+        server = None
+        if not url:
+            server = LockServer().start()
+            url = server.url
+        helper = cls(url)
         helper._server = server
         try:
             helper.apply()

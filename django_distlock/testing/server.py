@@ -165,8 +165,9 @@ class LockServer:
             if self._launch(_free_port()):
                 self.started_in = time.monotonic() - started
                 return self
+        tail = self.log_tail()
         self.stop()
-        raise LockServerError(f"no free port was left to {self.binary}\n{self.log_tail()}")
+        raise LockServerError(f"{self.binary} found no free port to listen on\n{tail}")
 
     def stop(self) -> None:
         """Stop the server (SIGTERM, SIGKILL after a grace period) and remove its
