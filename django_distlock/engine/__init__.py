@@ -39,6 +39,7 @@ from .lock import Lock
 from .many import LockGroup
 from .modes import EXCLUSIVE, LIMITED, MODES, SHARED
 from .process import forget_after_fork
+from .recheck import check_holds_now
 from .records import LockRecord
 from .templates import NameTemplate, TemplateError
 from .tuning import Tuning
@@ -75,6 +76,7 @@ __all__ = [
     "TaskClaims",
     "TemplateError",
     "Tuning",
+    "check_holds_now",
     "clean_label",
     "current_holder",
     "forget_after_fork",

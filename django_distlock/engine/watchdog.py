@@ -35,15 +35,14 @@ import queue
 import threading
 import time
 import weakref
-from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from . import process
 from .aio import AsyncDriver
-from .background import BackgroundWorker
 from .exceptions import LockError
 from .hold import Hold
 from .io import SyncDriver
+from .notifier import notifier
 from .renewal import (
     after_renewals,
     end_lease,
@@ -54,7 +53,13 @@ from .renewal import (
     settled,
 )
 
-__all__ = ["LoopWatchdog", "Notifier", "ThreadWatchdog", "loop_watchdog", "thread_watchdog"]
+__all__ = [
+    "LoopWatchdog",
+    "ThreadWatchdog",
+    "loop_watchdog",
+    "thread_watchdog",
+    "watched_holds",
+]
 
 logger = logging.getLogger("django_distlock")
 
@@ -82,29 +87,6 @@ def lane_of(hold: Hold) -> Any:
     except Exception:  # noqa: BLE001 - the slot map cannot say yet
         server = None
     return hold.backend if server is None else server
-
-
-class Notifier:
-    """Runs loss reports of sync holders on a daemon thread of its own, in order, so
-    that a slow ``on_lost`` or observer never delays a renewal."""
-
-    def __init__(self) -> None:
-        self._worker: BackgroundWorker[tuple[Callable[..., Any], tuple[Any, ...]]] = (
-            BackgroundWorker("distlock-notifier", _run_each, interval=IDLE_WAIT, batch=1)
-        )
-
-    def submit(self, function: Callable[..., Any], *args: Any) -> None:
-        """Run ``function(*args)`` on the notifier thread."""
-        self._worker.put((function, args))
-
-
-def _run_each(reports: collections.deque[tuple[Callable[..., Any], tuple[Any, ...]]]) -> None:
-    while reports:
-        function, args = reports.popleft()
-        try:
-            function(*args)
-        except Exception:  # the notifier thread must not die
-            logger.exception("django-distlock: reporting a lost lock failed")
 
 
 class _Lane:
@@ -206,6 +188,11 @@ class ThreadWatchdog:
         """Renew ``hold`` again at monotonic time ``due``."""
         self._add(due, RENEW, hold)
 
+    def holds(self) -> list[Hold]:
+        """The holds it watches: due for renewal, being renewed, or just taken."""
+        with self._condition:
+            return [entry[-1] for entry in (*self._heap, *self._incoming)]
+
     def _add(self, due: float, kind: int, hold: Hold) -> None:
         self._incoming.append((due, kind, hold))
         if self._thread is None or due < self._wake_at:
@@ -296,6 +283,10 @@ class LoopWatchdog:
         if (due := give_back_retry(hold, time.monotonic())) is not None:
             self._schedule(hold, due)
 
+    def holds(self) -> list[Hold]:
+        """The holds whose renewal is due on this loop."""
+        return [hold for batch in list(self._due.values()) for hold in batch]
+
     def _schedule(self, hold: Hold, due: float) -> None:
         at = on_grid(hold, due)
         if (batch := self._due.get(at)) is None:
@@ -341,16 +332,10 @@ class LoopWatchdog:
                 await driver.call_many(wakes, plan.timeout)
 
 
-_notifiers = process.PerProcess(Notifier)
 _thread_watchdogs = process.PerProcess(ThreadWatchdog)
 _loop_watchdogs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWatchdog] = (
     weakref.WeakKeyDictionary()
 )
-
-
-def notifier() -> Notifier:
-    """The process's notifier, which tells holders of losses."""
-    return _notifiers.get()
 
 
 def thread_watchdog() -> ThreadWatchdog:
@@ -367,10 +352,15 @@ def loop_watchdog() -> LoopWatchdog:
     return watchdog
 
 
+def watched_holds() -> list[Hold]:
+    """Every hold this process's watchdogs renew, sync and async."""
+    watchdogs = [*list(_loop_watchdogs.values()), *filter(None, [_thread_watchdogs.made])]
+    return [hold for watchdog in watchdogs for hold in watchdog.holds()]
+
+
 def _forget_after_fork() -> None:
     # A forked child holds none of its parent's locks and has none of its threads.
     global _loop_watchdogs
-    _notifiers.forget()
     _thread_watchdogs.forget()
     _loop_watchdogs = weakref.WeakKeyDictionary()
 
