@@ -1,6 +1,6 @@
 """The shape of the package (docs/architecture.md): no import cycles, an engine that
-imports no Django and works without it, and no module grown past ~400 lines without a
-reason written at its top."""
+imports no Django and works without it, and no module grown past 400 lines (split by
+concern instead)."""
 
 from __future__ import annotations
 
@@ -209,16 +209,10 @@ def test_the_engine_imports_where_django_is_not_installed():
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
-def test_long_modules_say_why_at_their_top(name):
+def test_no_module_is_long(name):
     path = MODULES[name]
     lines = path.read_text().count("\n")
-    if lines <= LONG_MODULE:
-        return
-    docstring = ast.get_docstring(ast.parse(path.read_text())) or ""
-    assert "Why this module is long" in docstring, (
-        f"{path.relative_to(ROOT)} has {lines} lines: split it by concern, or say at its "
-        "top why it stays whole (a paragraph starting 'Why this module is long')"
-    )
+    assert lines <= LONG_MODULE, f"{path.relative_to(ROOT)} has {lines} lines: split it by concern"
 
 
 # -- redis-py's and asyncio's private names ---------------------------------------------
