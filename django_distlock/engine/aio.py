@@ -17,10 +17,10 @@ from .io import END_WAIT_REPLY_TIMEOUT
 from .ops import AwaitWakeUp, Call, CallEndingWait, Op, Pause, StartWait, Wake
 from .requests import (
     BACKEND_ERRORS,
-    MAX_REDIRECTS,
     NotSent,
+    Redirect,
     Request,
-    answer_of,
+    Routing,
     by_server,
     commands_for,
     failure,
@@ -95,37 +95,24 @@ class AsyncDriver:
     async def _routed(self, key: str, request: Request) -> tuple[Any, AsyncServer]:
         routes = await self.backend.aroutes()
         server = routes.for_key(key)
-        asking = False
-        by_sha = True
-        redirects = 0
-        started = time.monotonic()
+        routing = Routing(request)
         while True:
             try:
-                replies = await server.request(commands_for(request, by_sha=by_sha, asking=asking))
+                replies = await server.request(routing.commands())
             except NotSent as failed:
-                if redirects >= MAX_REDIRECTS:
-                    raise failed.error from failed
+                routing.not_sent(failed)
                 server = await _aelsewhere(routes, key, server, failed.error)
-                redirects += 1
                 continue
             except (ConnectionError, OSError):
                 await _arefresh(routes)
                 raise
-            answer = answer_of(request, replies, asking)
-            if not isinstance(answer, ResponseError):
+            answer = routing.answer(replies, routes.is_cluster)
+            if type(answer) is not Redirect:
                 return answer, server
-            if by_sha and isinstance(answer, NoScriptError):
-                by_sha = False
-                continue
-            redirect = redirect_of(routes.is_cluster, answer, redirects, started)
-            if redirect is None:
-                raise answer
-            kind, delay = redirect
-            asking = kind == "ask"
-            server = await routes.redirected(key, server, answer, kind)
-            if delay:
-                await asyncio.sleep(delay)
-            redirects += 1
+            if answer.kind != "noscript":
+                server = await routes.redirected(key, server, answer.error, answer.kind)
+            if answer.delay:
+                await asyncio.sleep(answer.delay)
 
     # -- pipelines ----------------------------------------------------------------------
 

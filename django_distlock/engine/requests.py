@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from redis.exceptions import (
@@ -22,6 +23,7 @@ from redis.exceptions import (
     ClusterDownError,
     ConnectionError,
     MovedError,
+    NoScriptError,
     OutOfMemoryError,
     ReadOnlyError,
     RedisClusterException,
@@ -40,7 +42,9 @@ __all__ = [
     "TRYAGAIN_BUDGET",
     "TRYAGAIN_DELAY",
     "NotSent",
+    "Redirect",
     "Request",
+    "Routing",
     "aexchange",
     "answer_of",
     "by_server",
@@ -227,6 +231,59 @@ def answer_of(request: Request, replies: list[Any], asking: bool) -> Any:
     if isinstance(acknowledged, BaseException):
         return acknowledged
     return Replicated(reply, int(acknowledged))
+
+
+@dataclass(frozen=True, slots=True)
+class Redirect:
+    """A refusal to ride out: send the request again after ``delay`` seconds, to the
+    server :meth:`Routes.redirected` names for ``kind`` (``"moved"``, ``"ask"``,
+    ``"again"``), or to the same server for ``"noscript"`` (by the script's source)."""
+
+    kind: str
+    error: ResponseError
+    delay: float = 0.0
+
+
+class Routing:
+    """One request on its way to the server that holds its key: what to write next and
+    what each refusal asks for. The sync and async drivers add only the I/O."""
+
+    __slots__ = ("asking", "by_sha", "redirects", "request", "started")
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.asking = False
+        self.by_sha = True
+        self.redirects = 0
+        self.started = time.monotonic()
+
+    def commands(self) -> list[tuple[Any, ...]]:
+        """What to write for the next try."""
+        return commands_for(self.request, by_sha=self.by_sha, asking=self.asking)
+
+    def not_sent(self, failed: NotSent) -> None:
+        """The try could not be sent: count it, or raise its error past
+        :data:`MAX_REDIRECTS`."""
+        if self.redirects >= MAX_REDIRECTS:
+            raise failed.error from failed
+        self.redirects += 1
+
+    def answer(self, replies: list[Any], is_cluster: bool) -> Any:
+        """The request's answer from the try's ``replies``, or a :class:`Redirect` to
+        follow; a refusal that cannot be ridden out is raised."""
+        answer = answer_of(self.request, replies, self.asking)
+        if not isinstance(answer, ResponseError):
+            return answer
+        if self.by_sha and isinstance(answer, NoScriptError):
+            self.by_sha = False
+            return Redirect("noscript", answer)
+        redirect = redirect_of(is_cluster, answer, self.redirects, self.started)
+        if redirect is None:
+            raise answer
+        kind, delay = redirect
+        self.asking = kind == "ask"
+        self.redirects += 1
+        return Redirect(kind, answer, delay)
 
 
 def woken_by(answer: Any) -> bool:
