@@ -27,7 +27,7 @@ from django.core.exceptions import FieldError
 from django.db import models
 
 from .connections import get_backend
-from .engine import Listing, LockQuery, LockRecord
+from .engine import Listing, LockQuery, LockRecord, force_release
 
 if TYPE_CHECKING:
     from .models import HeldLock
@@ -356,7 +356,7 @@ def release_held_lock(held: HeldLock, *, force: bool = False, by: Any = None) ->
         )
     if not held.token:
         raise ValueError(f"held lock {held.name!r} was not read from Redis (it has no token)")
-    released = Listing(get_backend()).force_release(held.name, held.token, held.mode or None)
+    released = force_release(get_backend(), held.name, held.token, held.mode or None)
     if _recorder is not None:
         _recorder(held, by, released=released)
     return released

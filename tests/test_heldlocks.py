@@ -22,9 +22,8 @@ from django.test import override_settings
 from django_distlock import LockLost, distlock
 from django_distlock.commands.terminal import escape_for_terminal
 from django_distlock.connections import get_backend
-from django_distlock.engine import Lock, Tuning
+from django_distlock.engine import Lock, Tuning, force_release
 from django_distlock.engine.keys import BUCKETS
-from django_distlock.engine.listing import Listing
 from django_distlock.heldlocks import HeldLockQuerySet, owner_label
 from django_distlock.models import HeldLock
 from django_distlock.signals import lock_force_released
@@ -698,26 +697,26 @@ def test_force_release_of_a_limited_hold_frees_a_slot(redis_client, mode):
     latecomer = distlock("kinds:limited", limit=2)
     assert latecomer.acquire(blocking=False) is False
     try:
-        listing = Listing(get_backend())
-        assert listing.force_release("kinds:limited", holders[0].token, mode) is True
+        backend = get_backend()
+        assert force_release(backend, "kinds:limited", holders[0].token, mode) is True
         assert latecomer.acquire(blocking=False)
         latecomer.release()
-        assert listing.force_release("kinds:limited", holders[0].token, mode) is False
+        assert force_release(backend, "kinds:limited", holders[0].token, mode) is False
         # Read as an exclusive hold, the sorted set is never touched.
-        assert listing.force_release("kinds:limited", holders[1].token, "exclusive") is False
+        assert force_release(backend, "kinds:limited", holders[1].token, "exclusive") is False
         assert holders[1].owned()
     finally:
         for lock in holders:
             with contextlib.suppress(LockLost):
                 lock.release()
     with pytest.raises(ValueError, match="mode must be"):
-        listing.force_release("kinds:limited", "abc", "readers")
+        force_release(backend, "kinds:limited", "abc", "readers")
 
 
 def test_force_release_of_an_exclusive_hold_without_its_mode(redis_client, hold):
     lock = distlock("kinds:mutex", raise_on_lost=False)
     assert lock.acquire()
-    assert Listing(get_backend()).force_release("kinds:mutex", lock.token) is True
+    assert force_release(get_backend(), "kinds:mutex", lock.token) is True
     assert not redis_client.exists(lock_key("kinds:mutex"))
     with pytest.raises(LockLost):
         lock.release()

@@ -22,6 +22,7 @@ from .exceptions import (
     LockNotOwned,
     LockNotReplicated,
 )
+from .forcing import force_release
 from .hold import LostCause
 from .keys import (
     MAX_CONTEXT_LENGTH,
@@ -79,6 +80,7 @@ __all__ = [
     "check_holds_now",
     "clean_label",
     "current_holder",
+    "force_release",
     "forget_after_fork",
     "unsafe_eviction_policy",
     "validate_name",

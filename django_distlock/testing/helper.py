@@ -17,7 +17,15 @@ import redis
 from django.conf import settings
 from django.test.utils import override_settings
 
-from ..engine import Backend, Listing, Lock, LockLost, LockQuery, check_holds_now
+from ..engine import (
+    Backend,
+    Listing,
+    Lock,
+    LockLost,
+    LockQuery,
+    check_holds_now,
+    force_release,
+)
 from ..settings import WHERE_KEYS
 from .server import HOST, TEST_URL_ENV_VAR, LockServer
 
@@ -156,10 +164,10 @@ class LockTestHelper:
 
         Only holds that auto-renew (the default) are told at once; others find out when
         they next release or extend."""
-        listing = Listing(self.backend)
-        records = listing.records(LockQuery(filters=(("exact", name),)))
+        records = Listing(self.backend).records(LockQuery(filters=(("exact", name),)))
         taken = sum(
-            listing.force_release(record.name, record.token, record.mode) for record in records
+            force_release(self.backend, record.name, record.token, record.mode)
+            for record in records
         )
         check_holds_now(name, prefix=self.prefix)
         return taken

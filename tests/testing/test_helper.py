@@ -105,6 +105,9 @@ def test_lose_tells_the_holder_before_it_returns(locks):
     assert locks.lose("nobody") == 0
 
 
+# Events from async code are written on another thread's connection, outside the test's
+# transaction: flushed after the test, they cannot reach the next one.
+@pytest.mark.django_db(transaction=True)
 async def test_in_async_code(locks):
     with locks.hold("report:5"):
         assert not await distlock("report:5", blocking=False).aacquire()
