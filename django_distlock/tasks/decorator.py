@@ -14,7 +14,7 @@ from .framework import framework
 from .options import Locking, OnBusy
 from .queueing import enqueue_unique
 from .runs import Run
-from .tracking import connect
+from .tracking import connect, running_result
 
 __all__ = ["locked_task"]
 
@@ -24,7 +24,7 @@ T = TypeVar("T")
 def locked_task(
     name: str,
     *,
-    on_busy: OnBusy = "skip",
+    on_busy: OnBusy,
     blocking_timeout: float | None = None,
     timeout: float | None = None,
     unique_while_queued: bool = False,
@@ -45,7 +45,8 @@ def locked_task(
     only bounds how long a killed worker keeps it), and gives it back by token when it
     ends. Its context label is ``tasks:<module path>[<result id>]``.
 
-    ``on_busy`` is what a run does when the lock is still held after
+    ``on_busy`` (required: say what your task needs) is what a run does when the lock is
+    still held after
     ``blocking_timeout`` seconds (default: 0 for ``"skip"`` and ``"defer"``, forever
     for ``"wait"``): ``"skip"`` ends it at once with the return value
     :data:`SKIPPED` (and a ``contended`` lock event); ``"defer"`` queues the task again
@@ -83,15 +84,20 @@ def locked_task(
         )
         connect()
         fields = {field.name: getattr(task, field.name) for field in dataclasses.fields(task)}
-        return _locked_class(type(task))(**{**fields, "func": _locked(func, locking)})
+        run = _locked(func, locking, takes_context=task.takes_context)
+        return _locked_class(type(task))(**{**fields, "func": run})
 
     return decorate
 
 
-def _locked(func: Callable[..., Any], locking: Locking) -> Callable[..., Any]:
+def _locked(
+    func: Callable[..., Any], locking: Locking, *, takes_context: bool
+) -> Callable[..., Any]:
     @functools.wraps(func)
     def run(*args: Any, **kwargs: Any) -> Any:
-        this = Run(locking, run, func, args, kwargs)
+        # A task taking the context is called with it: its TaskResult is there.
+        result = args[0].task_result if takes_context else running_result(run)
+        this = Run(locking, result, func, args, kwargs)
         if not this.begin():
             return this.busy()
         try:

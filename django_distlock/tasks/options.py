@@ -21,6 +21,8 @@ class Locking:
     """A locked task's options, checked (``TypeError``/``ValueError`` naming the option)."""
 
     template: str
+    is_template: bool
+    """Whether the name is filled from the arguments (metrics label it by template)."""
     name_for: Callable[[Sequence[Any], Mapping[str, Any]], str]
     on_busy: str
     wait: float | None
@@ -59,6 +61,7 @@ class Locking:
             wait = None if on_busy == "wait" else 0.0
         return cls(
             template=name,
+            is_template=not template.is_constant,
             name_for=template.namer(inspect.signature(func), f"{func.__qualname__}()"),
             on_busy=on_busy,
             wait=wait,
@@ -66,8 +69,3 @@ class Locking:
             unique_while_queued=unique_while_queued,
             unique_timeout=validate_seconds(unique_timeout, "unique_timeout"),
         )
-
-    @property
-    def is_template(self) -> bool:
-        """Whether the name is filled from the arguments (metrics label it by template)."""
-        return not NameTemplate(self.template).is_constant

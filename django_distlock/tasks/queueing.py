@@ -118,8 +118,9 @@ def hand_over(claims: TaskClaims, task: Any, lasts: float, enqueue: Callable[[],
 
 
 def _existing(task: Any, name: str, holder: str) -> Any:
-    """The ``TaskResult`` of ``holder``, the task holding the claim on ``name``; ``None``
-    if it no longer exists (its claim is dropped, so the caller may take it)."""
+    """The ``TaskResult`` of ``holder``, the task holding the claim on ``name`` (fetched
+    from the backend when it can, else the one this process queued); ``None`` if it no
+    longer exists (its claim is dropped, so the caller may take it)."""
     backend = task.get_backend()
     if getattr(backend, "supports_get_result", False):
         try:

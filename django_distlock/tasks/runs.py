@@ -23,7 +23,6 @@ from ..engine import (
 from ..locks import distlock
 from .options import Locking
 from .queueing import claim_lasts, claims_for, hand_over, placeholder
-from .tracking import running_result
 
 __all__ = ["DEFERRED", "SKIPPED", "Run"]
 
@@ -42,22 +41,19 @@ PREFIX = "tasks:"
 
 
 class Run:
-    """One run of a locked task's body ``func`` (``wrapper``: the task's function, which
-    the running ``TaskResult`` names) with ``args`` and ``kwargs``."""
+    """One run of a locked task's body ``func`` with ``args`` and ``kwargs``, for the
+    ``TaskResult`` ``result`` (``None``: called directly)."""
 
     def __init__(
         self,
         locking: Locking,
-        wrapper: Callable[..., Any],
+        result: Any,
         func: Callable[..., Any],
         args: Sequence[Any],
         kwargs: Mapping[str, Any],
     ) -> None:
         self.locking = locking
-        self.args = args
-        self.kwargs = kwargs
         self.name = locking.name_for(args, kwargs)
-        result = args[0].task_result if _takes_context(args) else running_result(wrapper)
         self.result = result
         self.label = _label(f"{func.__module__}.{func.__qualname__}", result)
         self.lock = distlock(
@@ -185,10 +181,6 @@ class Run:
             return "someone else (who has just let go)"
         context = f" ({record.context})" if record.context else ""
         return f"{record.host} pid {record.pid}{context}"
-
-
-def _takes_context(args: Sequence[Any]) -> bool:
-    return bool(args) and hasattr(args[0], "task_result") and hasattr(args[0], "attempt")
 
 
 def _label(path: str, result: Any) -> str:

@@ -55,6 +55,7 @@ def test_a_skipped_run_is_a_contended_event_and_signal(key):
 
     def receive(sender, event, **kwargs):
         seen.append(event.kind)
+        assert event.template == "skip:{key}"  # what metrics label it by
 
     lock_contended.connect(receive)
     lock_acquired.connect(receive)
@@ -160,14 +161,14 @@ def test_misuse_fails_where_the_task_is_defined():
     def body(account_id): ...
 
     with pytest.raises(TypeError, match="above @task"):
-        locked_task("import:{account_id}")(body)
+        locked_task("import:{account_id}", on_busy="skip")(body)
     with pytest.raises(ValueError, match="has no parameter 'acount_id'"):
-        locked_task("import:{acount_id}")(locked_tasks.unlocked)
+        locked_task("import:{acount_id}", on_busy="skip")(locked_tasks.unlocked)
     with pytest.raises(ValueError, match="on_busy must be one of"):
         locked_task("x", on_busy="retry")(locked_tasks.unlocked)
     with pytest.raises(TypeError, match="locked already"):
-        locked_task("x")(locked_tasks.locked)
+        locked_task("x", on_busy="wait")(locked_tasks.locked)
     with pytest.raises(ValueError, match="blocking_timeout"):
-        locked_task("x", blocking_timeout=-1)(locked_tasks.unlocked)
+        locked_task("x", on_busy="wait", blocking_timeout=-1)(locked_tasks.unlocked)
     assert DEFERRED != SKIPPED
     assert task is not None

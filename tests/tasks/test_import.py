@@ -28,7 +28,7 @@ def test_the_package_imports_without_the_framework():
 
         print(tasks.SKIPPED)
         try:
-            tasks.locked_task("report")(lambda: None)
+            tasks.locked_task("report", on_busy="skip")(lambda: None)
         except ImportError as error:
             print(error)
         """

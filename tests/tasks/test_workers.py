@@ -5,15 +5,18 @@ worker, and ``unique_while_queued`` under concurrent enqueues."""
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import threading
 import time
 
 import pytest
+from django.core.management import call_command
 from django.db import connections
 
 from django_distlock.engine import LockNotAcquired
 from django_distlock.locks import distlock
+from django_distlock.models import HeldLock
 from django_distlock.tasks import DEFERRED, SKIPPED
 from tests.support import locked_tasks
 
@@ -79,6 +82,12 @@ def test_a_storm_of_enqueues_runs_one_at_a_time(note_client, key):
 def test_skip_while_another_run_holds_the_lock(note_client, key):
     first = locked_tasks.skip_if_busy.enqueue(key, seconds=1.0)
     wait_until(lambda: distlock(f"skip:{key}").locked())
+    label = f"tasks:tests.support.locked_tasks.skip_if_busy[{first.id}]"
+    # The admin's model and the CLI show the run's lock like any other.
+    assert HeldLock.objects.get(name=f"skip:{key}").context == label
+    shown = io.StringIO()
+    call_command("distlock", "show", f"skip:{key}", stdout=shown)
+    assert label in shown.getvalue()
     second = locked_tasks.skip_if_busy.enqueue(key)
     finished([first, second])
     assert first.status == second.status == "SUCCESSFUL"
