@@ -135,7 +135,7 @@ def _locked_class(base: type[Any]) -> type[Any]:
     enqueue.__doc__ = base.enqueue.__doc__
     aenqueue.__doc__ = base.aenqueue.__doc__
     return type(
-        base.__name__,
+        f"Locked{base.__name__}",
         (base,),
         {
             "__slots__": (),

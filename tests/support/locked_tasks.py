@@ -89,11 +89,18 @@ def wait_briefly(key: str, seconds: float = 0.02) -> dict[str, Any]:
     return _body(key, seconds, f"bounded:{key}")
 
 
-@locked_task("unique:{key}", on_busy="wait", unique_while_queued=True, timeout=5)
+@locked_task("unique:{key}", on_busy="wait", unique_while_queued=True, timeout=1.5)
 @task(backend="db", takes_context=True)
 def unique(context: Any, key: str, seconds: float = 0.2) -> dict[str, Any]:
     """Queued once while queued or running."""
     return _body(key, seconds, f"unique:{key}", context.task_result.id)
+
+
+@locked_task("unique-defer:{key}", on_busy="defer", unique_while_queued=True, timeout=1)
+@task(backend="db", takes_context=True)
+def unique_defer(context: Any, key: str, seconds: float = 0.02) -> dict[str, Any]:
+    """Put off while the lock is held, the copy queued in its place keeping the claim."""
+    return _body(key, seconds, f"unique-defer:{key}", context.task_result.id)
 
 
 @locked_task("crash:{key}", on_busy="wait", timeout=1.5)

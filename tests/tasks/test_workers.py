@@ -166,6 +166,47 @@ def test_unique_while_queued_under_concurrent_enqueues(note_client, key):
     assert len(runs(note_client, key)) == 2
 
 
+def test_a_killed_workers_claim_frees_the_name_at_its_lease_end(workers, note_client, key):
+    doomed = locked_tasks.unique.enqueue(key, seconds=30)
+    wait_until(lambda: distlock(f"unique:{key}").locked())
+    doomed.refresh()
+    (worker,) = [worker for worker in workers if worker.name in doomed.worker_ids]
+    worker.kill()
+    assert locked_tasks.unique.enqueue(key).id == doomed.id  # its lease is not over yet
+    wait_until(lambda: not distlock(f"unique:{key}").locked(), timeout=5)
+    fresh = locked_tasks.unique.enqueue(key, seconds=0)
+    assert fresh.id != doomed.id
+    finished([fresh])
+    assert [run["id"] for run in runs(note_client, key)] == [fresh.id]
+
+
+def test_a_deferred_run_hands_its_claim_to_the_task_queued_in_its_place(note_client, key):
+    taken, done = threading.Event(), threading.Event()
+
+    def hold():
+        with distlock(f"unique-defer:{key}", timeout=30):
+            taken.set()
+            done.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    taken.wait(5)
+    try:
+        first = locked_tasks.unique_defer.enqueue(key)
+        finished([first])
+        assert first.return_value == DEFERRED
+        again = locked_tasks.unique_defer.enqueue(key)  # the copy queued in its place
+        assert again.id != first.id
+        assert again.task.run_after is not None
+    finally:
+        done.set()
+        holder.join()
+    # It runs once the holder is gone (deferred again meanwhile if the machine is slow).
+    wait_until(lambda: note_client.llen(f"runs:{key}") == 1)
+    (run,) = runs(note_client, key)
+    assert locked_tasks.unique_defer.get_result(run["id"]).status in ("RUNNING", "SUCCESSFUL")
+
+
 async def test_aenqueue_is_unique_too(key):
     first = await locked_tasks.unique.aenqueue(key, seconds=0.2)
     second = await locked_tasks.unique.aenqueue(key)
