@@ -188,7 +188,8 @@ class TaskClaims:
         self.driver.call(Call(FINISH, (self.claim, self.done), (self.task_id, mode, ms(lasts))))
 
     def forget(self) -> None:
-        """Give up the task's claim (its message could not be published)."""
+        """Give up the task's claim if it still holds it (compare-and-delete): its message
+        could not be published, or a run that needs no done record ended."""
         self.driver.call(Call(FINISH, (self.claim, self.done), (self.task_id, "forget", 1)))
 
     def pass_to(self, task_id: str, lasts: float) -> bool:

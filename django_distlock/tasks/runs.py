@@ -34,9 +34,6 @@ DEFERRED = "django_distlock.tasks.DEFERRED"
 """The return value of a run that ``on_busy="defer"`` put off: the task was queued again
 to run when the holder's lease ends."""
 
-# A finished run's result id is remembered this long (ms-scale): the framework's backends
-# never run one result twice, so the done records of the claims are not needed here.
-DONE_FOR = 0.001
 PREFIX = "tasks:"
 
 
@@ -168,8 +165,10 @@ class Run:
         return DEFERRED
 
     def _finish(self) -> None:
+        # No done record (Celery's guard against a message delivered twice): a task
+        # backend runs a result once.
         if self.claims is not None:
-            self.claims.finish(requeued=False, lasts=DONE_FOR)
+            self.claims.forget()
 
     def _holder(self) -> str:
         """``web-3 pid 4242 (tasks:billing.tasks.import_account[...])``, for a log line."""

@@ -40,3 +40,12 @@ def test_an_enqueue_that_fails_gives_the_claim_back(redis_client, key):
     with pytest.raises(TypeError):
         locked_tasks.unique.enqueue(key, seconds=object())  # not JSON
     assert redis_client.get(claim_key(f"unique:{key}")) is None
+
+
+def test_a_run_leaves_no_claim_behind(redis_client, key):
+    result = locked_tasks.unique.using(backend="default").enqueue(key, seconds=0)
+    assert result.status == "SUCCESSFUL"
+    name = f"unique:{key}"
+    backend = distlock(name).backend
+    keys = LockKeys.for_name(backend.prefix, name)
+    assert redis_client.exists(keys.beside("tasks-claim"), keys.beside("tasks-done")) == 0
