@@ -43,7 +43,8 @@ def locked_task(
     same lock); a field that is no parameter is a ``ValueError`` here. Each run holds
     the lock, renewed by the watchdog (``timeout``, default ``DISTLOCK["TIMEOUT"]``,
     only bounds how long a killed worker keeps it), and gives it back by token when it
-    ends. Its context label is ``tasks:<module path>[<result id>]``.
+    ends. Its context label is ``tasks:<module path>[<result id>]``. An ``async def``
+    task holds it from the asyncio task that runs it.
 
     ``on_busy`` (required: say what your task needs) is what a run does when the lock is
     still held after
@@ -69,10 +70,6 @@ def locked_task(
         if getattr(task.func, "__distlock__", None) is not None:
             raise TypeError(f"{task.module_path} is locked already")
         func = task.func
-        if inspect.iscoroutinefunction(func):
-            raise TypeError(
-                f"{task.module_path}: locked_task runs plain functions, not async def tasks"
-            )
         locking = Locking.build(
             name,
             func,
@@ -93,6 +90,9 @@ def locked_task(
 def _locked(
     func: Callable[..., Any], locking: Locking, *, takes_context: bool
 ) -> Callable[..., Any]:
+    if inspect.iscoroutinefunction(func):
+        return _alocked(func, locking, takes_context=takes_context)
+
     @functools.wraps(func)
     def run(*args: Any, **kwargs: Any) -> Any:
         # A task taking the context is called with it: its TaskResult is there.
@@ -106,6 +106,31 @@ def _locked(
             this.end(exc)
             raise
         this.end(None)
+        return value
+
+    run.__distlock__ = locking  # type: ignore[attr-defined]
+    return run
+
+
+def _alocked(
+    func: Callable[..., Any], locking: Locking, *, takes_context: bool
+) -> Callable[..., Any]:
+    """:func:`_locked` for an ``async def`` task: the lock is taken and given back by the
+    task running it; what ``on_busy`` does (a log line, a claim, an enqueue) runs in a
+    thread."""
+
+    @functools.wraps(func)
+    async def run(*args: Any, **kwargs: Any) -> Any:
+        result = args[0].task_result if takes_context else running_result(run)
+        this = Run(locking, result, func, args, kwargs)
+        if not await this.abegin():
+            return await sync_to_async(this.busy, thread_sensitive=True)()
+        try:
+            value = await func(*args, **kwargs)
+        except BaseException as exc:
+            await this.aend(exc)
+            raise
+        await this.aend(None)
         return value
 
     run.__distlock__ = locking  # type: ignore[attr-defined]

@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from ..engine import (
@@ -71,25 +72,29 @@ class Run:
         """Take the lock for the body; ``False`` if it stayed busy (see :meth:`busy`)."""
         if not self.lock.acquire(blocking_timeout=self.locking.wait):
             return False
-        if self.claims is not None:
-            try:
-                # Its return value (whether this id already ran) matters only to brokers
-                # that deliver a message twice; a task backend runs a result once.
-                self.claims.start(self.locking.unique_timeout)
-            except BaseException as exc:
-                self.lock.__exit__(type(exc), exc, exc.__traceback__)
-                raise
+        try:
+            self._start()
+        except BaseException as exc:
+            self.lock.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        return True
+
+    async def abegin(self) -> bool:
+        """:meth:`begin` for an ``async def`` task (the lock belongs to the calling task)."""
+        if not await self.lock.aacquire(blocking_timeout=self.locking.wait):
+            return False
+        try:
+            await sync_to_async(self._start, thread_sensitive=False)()
+        except BaseException as exc:
+            await self.lock.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
         return True
 
     def end(self, exc: BaseException | None) -> None:
         """After the body: give the claim back, then the lock. The body's own exception
         is never replaced."""
-        finish_error: LockError | None = None
         try:
-            self._finish()
-        except LockError as error:
-            finish_error = error
-            logger.error("%s: could not record the end of its run: %s", self.label, error)
+            finish_error = self._finish_after_body()
         finally:
             if exc is None:
                 self.lock.__exit__(None, None, None)
@@ -97,6 +102,32 @@ class Run:
                 self.lock.__exit__(type(exc), exc, exc.__traceback__)
         if finish_error is not None and exc is None:
             raise finish_error
+
+    async def aend(self, exc: BaseException | None) -> None:
+        """:meth:`end` for an ``async def`` task."""
+        try:
+            finish_error = await sync_to_async(self._finish_after_body, thread_sensitive=False)()
+        finally:
+            if exc is None:
+                await self.lock.__aexit__(None, None, None)
+            else:
+                await self.lock.__aexit__(type(exc), exc, exc.__traceback__)
+        if finish_error is not None and exc is None:
+            raise finish_error
+
+    def _start(self) -> None:
+        if self.claims is not None:
+            # Its return value (whether this id already ran) matters only to brokers that
+            # deliver a message twice; a task backend runs a result once.
+            self.claims.start(self.locking.unique_timeout)
+
+    def _finish_after_body(self) -> LockError | None:
+        try:
+            self._finish()
+        except LockError as error:
+            logger.error("%s: could not record the end of its run: %s", self.label, error)
+            return error
+        return None
 
     def busy(self) -> Any:
         """The lock stayed busy: skip, defer or fail, as ``on_busy`` says."""

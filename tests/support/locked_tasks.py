@@ -10,6 +10,7 @@ was running).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -73,6 +74,17 @@ def wait_in_turn(context: Any, key: str, seconds: float = 0.02) -> dict[str, Any
 def skip_if_busy(key: str, seconds: float = 0.02) -> dict[str, Any]:
     """Skipped while another run holds the lock."""
     return _body(key, seconds, f"skip:{key}")
+
+
+@locked_task("async:{key}", on_busy="skip")
+@task(backend="db")
+async def async_skip_if_busy(key: str, seconds: float = 0.02) -> dict[str, Any]:
+    """An ``async def`` task, skipped while another run holds the lock: returns who
+    holds its lock while it runs."""
+    name = f"async:{key}"
+    holder = await asyncio.to_thread(current_holder, distlock(name).backend, name)
+    await asyncio.sleep(seconds)
+    return {"context": holder.context, "fence": holder.fence}
 
 
 @locked_task("defer:{key}", on_busy="defer", timeout=1)

@@ -148,6 +148,27 @@ def test_unique_while_queued_returns_the_running_result_in_process(key):
     assert third.id != second.id
 
 
+def test_an_async_task_holds_the_lock_in_the_task_running_it(key):
+    task = immediate(locked_tasks.async_skip_if_busy)
+    result = task.enqueue(key, seconds=0)
+    assert result.status == "SUCCESSFUL"
+    label = f"tasks:tests.support.locked_tasks.async_skip_if_busy[{result.id}]"
+    assert result.return_value["context"] == label
+    assert not distlock(f"async:{key}").locked()
+    with distlock(f"async:{key}", timeout=30):
+        assert task.enqueue(key).return_value == SKIPPED
+    failed = task.enqueue(key, seconds="no")
+    assert failed.errors[0].exception_class is TypeError
+    assert not distlock(f"async:{key}").locked()
+
+
+async def test_an_async_task_runs_from_async_code_too(key):
+    task = immediate(locked_tasks.async_skip_if_busy)
+    result = await task.aenqueue(key, seconds=0)
+    assert result.return_value["fence"] > 0
+    assert await locked_tasks.async_skip_if_busy.acall(key, seconds=0) is not None
+
+
 def test_the_locked_task_is_a_task_of_the_same_class():
     plain = locked_tasks.unlocked
     locked = locked_tasks.locked

@@ -96,6 +96,12 @@ def test_skip_while_another_run_holds_the_lock(note_client, key):
     assert run["context"] == f"tasks:tests.support.locked_tasks.skip_if_busy[{first.id}]"
 
 
+def test_an_async_task_on_a_worker(key):
+    (result,) = finished([locked_tasks.async_skip_if_busy.enqueue(key, seconds=0)])
+    assert result.status == "SUCCESSFUL"
+    assert result.return_value["context"].endswith(f"async_skip_if_busy[{result.id}]")
+
+
 def test_defer_queues_the_task_again_after_the_holders_lease(note_client, key):
     first = locked_tasks.defer_if_busy.enqueue(key, seconds=1.0)
     wait_until(lambda: distlock(f"defer:{key}").locked())
