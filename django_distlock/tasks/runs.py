@@ -23,7 +23,7 @@ from ..engine import (
 )
 from ..locks import distlock
 from .options import Locking
-from .queueing import claim_lasts, claims_for, hand_over, placeholder
+from .queueing import PENDING_TIMEOUT, claim_lasts, claims_for, hand_over, placeholder
 
 __all__ = ["DEFERRED", "SKIPPED", "Run"]
 
@@ -177,7 +177,7 @@ class Run:
         else:
             lasts = claim_lasts(self.locking, later.run_after)
             standin = placeholder()
-            if not self.claims.pass_to(standin, lasts):
+            if not self.claims.pass_to(standin, PENDING_TIMEOUT):
                 logger.info(
                     "%s skipped: lock %r is held, and another task is queued for it",
                     self.label,
