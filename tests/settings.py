@@ -7,7 +7,11 @@ overrides ``CACHES`` there. Without the variable the URL names a socket that
 does not exist, so nothing ever reaches a server the suite did not start.
 """
 
+import importlib.util
 import os
+import tempfile
+
+import django
 
 REDIS_URL_ENV_VAR = "DISTLOCK_TEST_REDIS_URL"
 UNSET_REDIS_URL = "unix:///nonexistent/distlock-test-redis-not-started.sock"
@@ -27,6 +31,21 @@ INSTALLED_APPS = [
     "tests.support.commands_app",
     "tests.support.fencing_app",
 ]
+
+# Django's tasks framework (tests/tasks/): django.tasks on Django 6, else the backport,
+# and django-tasks-db, whose table lives in the "tasks" database below.
+TASKS_FRAMEWORK = "django.tasks" if django.VERSION >= (6,) else "django_tasks"
+if importlib.util.find_spec("django_tasks_db") is not None:
+    if TASKS_FRAMEWORK == "django_tasks":
+        INSTALLED_APPS.append("django_tasks")
+    INSTALLED_APPS.append("django_tasks_db")
+TASKS = {
+    "default": {"BACKEND": f"{TASKS_FRAMEWORK}.backends.immediate.ImmediateBackend"},
+    "db": {"BACKEND": "django_tasks_db.DatabaseBackend"},
+}
+# The test database is a file, so that db_worker processes can open it:
+# tests/support/task_workers.py passes them its path in DISTLOCK_TEST_TASKS_DB.
+TASKS_TEST_DB = os.path.join(tempfile.gettempdir(), f"distlock-tasks-{os.getpid()}.sqlite3")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -65,7 +84,15 @@ DATABASES = {
     "pg": {
         "ENGINE": "django.db.backends.dummy",
     },
+    # django-tasks-db's results (tests.support.tasks_router).
+    "tasks": {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": os.environ.get("DISTLOCK_TEST_TASKS_DB", ":memory:"),
+        "TEST": {"NAME": TASKS_TEST_DB},
+        "OPTIONS": {"timeout": 30},
+    },
 }
+DATABASE_ROUTERS = ["tests.support.tasks_router.TasksRouter"]
 
 CACHES = {
     "default": {

@@ -1,7 +1,9 @@
-"""What ``unique_while_queued`` (of the Celery integration) keeps in Redis: one claim per
-lock name, and the task ids that already ran.
+"""What ``unique_while_queued`` (of the Celery and Django tasks integrations) keeps in
+Redis: one claim per lock name, and the task ids that already ran.
 
-Beside each lock (same bucket, so one script touches them with the lock key):
+Beside each lock (same bucket, so one script touches them with the lock key), named here
+for the Celery integration (``celery-``); the Django tasks one uses ``tasks-`` (see
+``TaskClaims(namespace=...)``):
 
 - ``PREFIX{bb}:celery-claim:NAME``, a string ``q:<task id>`` while that task is queued or
   ``r:<task id>`` while it runs. Publishing another task with the same lock name is
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CLAIM",
     "FINISH",
+    "PASS",
     "START",
     "TaskClaims",
     "current_holder",
@@ -122,20 +125,42 @@ return 1
 )
 
 
+PASS = Script(
+    "task_claim_pass",
+    r"""
+-- KEYS[1] the name's claim
+-- ARGV[1] task id holding the claim   ARGV[2] task id to pass it to
+-- ARGV[3] how long the passed (queued) claim lasts (ms)
+-- Passes the claim from one task id to another, queued, if the first still holds it
+-- (compare-and-set: a claim that expired or changed hands is left alone).
+-- returns 1 if passed, else 0
+local current = redis.call('GET', KEYS[1])
+if current and string.sub(current, 3) == ARGV[1] then
+  redis.call('SET', KEYS[1], 'q:' .. ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return 0
+""",
+)
+
+
 class TaskClaims:
     """The claims of task ``task_id`` on lock ``name`` of ``backend`` (see the module's
-    docstring)."""
+    docstring); ``namespace`` names the keys (``"celery"``: ``celery-claim``, ...), one per
+    integration."""
 
     __slots__ = ("claim", "defer", "done", "driver", "lock", "name", "task_id")
 
-    def __init__(self, backend: Backend, name: str, task_id: str) -> None:
+    def __init__(
+        self, backend: Backend, name: str, task_id: str, *, namespace: str = "celery"
+    ) -> None:
         keys = LockKeys.for_name(backend.prefix, name)
         self.name = name
         self.task_id = task_id
         self.lock = keys.lock
-        self.claim = keys.beside("celery-claim")
-        self.done = keys.beside("celery-done")
-        self.defer = keys.beside("celery-defer")
+        self.claim = keys.beside(f"{namespace}-claim")
+        self.done = keys.beside(f"{namespace}-done")
+        self.defer = keys.beside(f"{namespace}-defer")
         self.driver = SyncDriver(backend, name)
 
     def take(self, lasts: float) -> str | None:
@@ -163,8 +188,17 @@ class TaskClaims:
         self.driver.call(Call(FINISH, (self.claim, self.done), (self.task_id, mode, ms(lasts))))
 
     def forget(self) -> None:
-        """Give up the task's claim (its message could not be published)."""
+        """Give up the task's claim if it still holds it (compare-and-delete): its message
+        could not be published, or a run that needs no done record ended."""
         self.driver.call(Call(FINISH, (self.claim, self.done), (self.task_id, "forget", 1)))
+
+    def pass_to(self, task_id: str, lasts: float) -> bool:
+        """Hand the task's claim to ``task_id``, queued for ``lasts`` seconds (its
+        placeholder id gets the id a backend gave the queued task, or a run that is put
+        off hands the name to the task queued in its place); ``False`` if the claim is no
+        longer this task's."""
+        reply = self.driver.call(Call(PASS, (self.claim,), (self.task_id, task_id, ms(lasts))))
+        return int(reply) == 1
 
     def defer_once(self, lasts: float) -> bool:
         """``True`` if no other copy of the task was put back in the last ``lasts``

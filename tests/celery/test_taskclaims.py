@@ -165,3 +165,24 @@ async def test_every_script_runs_on_a_cluster(cluster_setup):
             run.forget()
     finally:
         await close_backend(backend)
+
+
+def test_pass_to_hands_the_claim_over_only_while_it_is_still_the_givers(backend, redis_client):
+    assert claims(backend, "pending:1").take(30) is None
+    assert claims(backend, "pending:1").pass_to("r1", 60)
+    assert redis_client.get(keys().beside("celery-claim")) == b"q:r1"
+    assert 59_000 < redis_client.pttl(keys().beside("celery-claim")) <= 60_000
+    assert claims(backend, "b").take(60) == "r1"
+    # No longer the placeholder's (handed over, or expired and taken by another): untouched.
+    assert not claims(backend, "pending:1").pass_to("r2", 60)
+    assert redis_client.get(keys().beside("celery-claim")) == b"q:r1"
+    assert not claims(backend, "nobody", name="free:1").pass_to("r3", 60)
+    assert redis_client.get(keys("free:1").beside("celery-claim")) is None
+
+
+def test_each_integration_has_claims_of_its_own(backend, redis_client):
+    tasks = TaskClaims(backend, NAME, "a", namespace="tasks")
+    assert tasks.take(60) is None
+    assert claims(backend, "b").take(60) is None  # Celery's claim on the same name
+    assert redis_client.get(keys().beside("tasks-claim")) == b"q:a"
+    assert redis_client.get(keys().beside("celery-claim")) == b"q:b"

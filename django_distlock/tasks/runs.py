@@ -1,0 +1,232 @@
+"""One run of a locked task: take the lock (or do what ``on_busy`` says), run the body,
+give the lock back, whatever the outcome."""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.utils import timezone
+
+from ..engine import (
+    MAX_CONTEXT_LENGTH,
+    Lock,
+    LockError,
+    LockNotAcquired,
+    TaskClaims,
+    clean_label,
+    current_holder,
+)
+from ..locks import distlock
+from .options import Locking
+from .queueing import PENDING_TIMEOUT, claim_lasts, claims_for, hand_over, placeholder
+
+__all__ = ["DEFERRED", "SKIPPED", "Run"]
+
+logger = logging.getLogger("django_distlock.tasks")
+
+SKIPPED = "django_distlock.tasks.SKIPPED"
+"""The return value of a run that ``on_busy="skip"`` ended because the lock was busy."""
+DEFERRED = "django_distlock.tasks.DEFERRED"
+"""The return value of a run that ``on_busy="defer"`` put off: the task was queued again
+to run when the holder's lease ends."""
+
+PREFIX = "tasks:"
+
+
+class Run:
+    """One run of a locked task's body ``func`` with ``args`` and ``kwargs``, for the
+    ``TaskResult`` ``result`` (``None``: called directly)."""
+
+    def __init__(
+        self,
+        locking: Locking,
+        result: Any,
+        func: Callable[..., Any],
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+    ) -> None:
+        self.locking = locking
+        self.name = locking.name_for(args, kwargs)
+        self.result = result
+        self.label = _label(f"{func.__module__}.{func.__qualname__}", result)
+        self.lock = distlock(
+            self.name,
+            timeout=locking.timeout,
+            auto_renew=True,
+            on_lost=functools.partial(_report_lost, self.label),
+            context=f"{PREFIX}{self.label}",
+        )
+        if locking.is_template:
+            self.lock.template = locking.template
+        # The run's claim on the lock name (unique_while_queued), when it runs from a queue.
+        self.claims: TaskClaims | None = None
+        if locking.unique_while_queued and result is not None:
+            self.claims = claims_for(self.name, result.id)
+
+    def begin(self) -> bool:
+        """Take the lock for the body; ``False`` if it stayed busy (see :meth:`busy`)."""
+        if not self.lock.acquire(blocking_timeout=self.locking.wait):
+            return False
+        try:
+            self._start()
+        except BaseException as exc:
+            self.lock.__exit__(type(exc), exc, exc.__traceback__)
+            raise
+        return True
+
+    async def abegin(self) -> bool:
+        """:meth:`begin` for an ``async def`` task (the lock belongs to the calling task)."""
+        if not await self.lock.aacquire(blocking_timeout=self.locking.wait):
+            return False
+        try:
+            await sync_to_async(self._start, thread_sensitive=False)()
+        except BaseException as exc:
+            await self.lock.__aexit__(type(exc), exc, exc.__traceback__)
+            raise
+        return True
+
+    def end(self, exc: BaseException | None) -> None:
+        """After the body: give the claim back, then the lock. The body's own exception
+        is never replaced."""
+        try:
+            finish_error = self._finish_after_body()
+        finally:
+            if exc is None:
+                self.lock.__exit__(None, None, None)
+            else:
+                self.lock.__exit__(type(exc), exc, exc.__traceback__)
+        if finish_error is not None and exc is None:
+            raise finish_error
+
+    async def aend(self, exc: BaseException | None) -> None:
+        """:meth:`end` for an ``async def`` task."""
+        try:
+            finish_error = await sync_to_async(self._finish_after_body, thread_sensitive=False)()
+        finally:
+            if exc is None:
+                await self.lock.__aexit__(None, None, None)
+            else:
+                await self.lock.__aexit__(type(exc), exc, exc.__traceback__)
+        if finish_error is not None and exc is None:
+            raise finish_error
+
+    def _start(self) -> None:
+        if self.claims is not None:
+            # Its return value (whether this id already ran) matters only to brokers that
+            # deliver a message twice; a task backend runs a result once.
+            self.claims.start(self.locking.unique_timeout)
+
+    def _finish_after_body(self) -> LockError | None:
+        try:
+            self._finish()
+        except LockError as error:
+            logger.error("%s: could not record the end of its run: %s", self.label, error)
+            return error
+        return None
+
+    def busy(self) -> Any:
+        """The lock stayed busy: skip, defer or fail, as ``on_busy`` says."""
+        on_busy = self.locking.on_busy
+        if on_busy == "skip":
+            logger.info("%s skipped: lock %r is held by %s", self.label, self.name, self._holder())
+            self._finish()
+            return SKIPPED
+        if on_busy == "defer":
+            deferred = self._defer()
+            if deferred is not None:
+                return deferred
+        self._finish()
+        wait = self.locking.wait
+        how = f"still held after {wait:g}s" if wait else "held by someone else"
+        raise LockNotAcquired(
+            f"could not acquire lock {self.name!r} for {self.label}: {how}",
+            name=self.name,
+            retry_after=self.lock.retry_after,
+        )
+
+    def _defer(self) -> str | None:
+        """Queue the task again to run when the holder's lease ends (at most the lock's
+        lease from now); ``None`` when it cannot be (called directly, or its backend
+        cannot put a task off: the run then fails)."""
+        result = self.result
+        if result is None:
+            return None
+        task = result.task
+        backend = task.get_backend()
+        if not getattr(backend, "supports_defer", False):
+            logger.error(
+                "%s cannot be deferred: backend %r does not support run_after",
+                self.label,
+                task.backend,
+            )
+            return None
+        cap = self.lock.timeout or self.lock.backend.timeout
+        delay = min(max(self.lock.retry_after or 0.0, 0.0), cap)
+        later = task.using(run_after=timezone.now() + datetime.timedelta(seconds=delay))
+
+        def enqueue() -> Any:
+            return backend.enqueue(later, result.args, result.kwargs)
+
+        if self.claims is None:
+            queued = enqueue()
+        else:
+            lasts = claim_lasts(self.locking, later.run_after)
+            standin = placeholder()
+            if not self.claims.pass_to(standin, PENDING_TIMEOUT):
+                logger.info(
+                    "%s skipped: lock %r is held, and another task is queued for it",
+                    self.label,
+                    self.name,
+                )
+                return SKIPPED
+            queued = hand_over(claims_for(self.name, standin), later, lasts, enqueue)
+        logger.info(
+            "%s deferred: lock %r is held by %s; queued again as %s to run in %.3gs",
+            self.label,
+            self.name,
+            self._holder(),
+            queued.id,
+            delay,
+        )
+        return DEFERRED
+
+    def _finish(self) -> None:
+        # No done record (Celery's guard against a message delivered twice): a task
+        # backend runs a result once.
+        if self.claims is not None:
+            self.claims.forget()
+
+    def _holder(self) -> str:
+        """``web-3 pid 4242 (tasks:billing.tasks.import_account[...])``, for a log line."""
+        try:
+            record = current_holder(self.lock.backend, self.name)
+        except LockError:
+            record = None
+        if record is None:
+            return "someone else (who has just let go)"
+        context = f" ({record.context})" if record.context else ""
+        return f"{record.host} pid {record.pid}{context}"
+
+
+def _label(path: str, result: Any) -> str:
+    """``billing.tasks.import_account[<result id>]``, short enough for a context label
+    (the id is kept whole)."""
+    suffix = "" if result is None else f"[{result.id}]"
+    room = MAX_CONTEXT_LENGTH - len(PREFIX) - len(suffix)
+    return clean_label(f"{path[: max(room, 0)]}{suffix}")
+
+
+def _report_lost(label: str, lock: Lock) -> None:
+    """``on_lost`` of a run's lock (a function, not a method: the lock must not keep the
+    run alive through a cycle)."""
+    logger.warning(
+        "%s lost its lock %r while it ran (%s): another run may start now",
+        label,
+        lock.name,
+        lock.lost_reason or "its lease ended",
+    )

@@ -1,0 +1,221 @@
+"""Locked tasks run by two real ``db_worker`` processes (django-tasks-db on a SQLite file
+shared with them): storms of ``enqueue()``, ``skip``, ``defer`` and ``wait``, a SIGKILLed
+worker, and ``unique_while_queued`` under concurrent enqueues."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import threading
+import time
+
+import pytest
+from django.core.management import call_command
+from django.db import connections
+
+from django_distlock.engine import LockNotAcquired
+from django_distlock.locks import distlock
+from django_distlock.models import HeldLock
+from django_distlock.tasks import DEFERRED, SKIPPED
+from tests.support import locked_tasks
+
+pytestmark = [
+    pytest.mark.django_db(databases=["default", "tasks"], transaction=True),
+    pytest.mark.timeout(60),
+]
+
+
+@pytest.fixture(scope="module")
+def workers(task_workers):
+    """Two workers, running for the whole module."""
+    return [task_workers("w1"), task_workers("w2")]
+
+
+@pytest.fixture(autouse=True)
+def _workers_running(workers):
+    for worker in workers:
+        if worker.process is None or worker.process.poll() is not None:
+            worker.start()
+
+
+def finished(results, timeout=30.0):
+    """Wait for every result to finish (refreshed from the database)."""
+    deadline = time.monotonic() + timeout
+    for result in results:
+        while True:
+            result.refresh()
+            if result.is_finished:
+                break
+            assert time.monotonic() < deadline, f"{result.id} still {result.status}"
+            time.sleep(0.05)
+    connections.close_all()
+    return results
+
+
+def runs(note_client, key):
+    return [json.loads(run) for run in note_client.lrange(f"runs:{key}", 0, -1)]
+
+
+def wait_until(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+def test_a_storm_of_enqueues_runs_one_at_a_time(note_client, key):
+    results = [locked_tasks.wait_in_turn.enqueue(key) for _ in range(30)]
+    finished(results)
+    assert {result.status for result in results} == {"SUCCESSFUL"}
+    done = runs(note_client, key)
+    assert len(done) == 30
+    assert note_client.llen(f"overlaps:{key}") == 0
+    by_start = sorted(done, key=lambda run: run["started"])
+    fences = [run["fence"] for run in by_start]
+    assert fences == sorted(fences)
+    assert len(set(fences)) == 30
+    assert {run["id"] for run in done} == {result.id for result in results}
+    assert len({run["pid"] for run in done}) == 2  # both workers took part
+
+
+def test_skip_while_another_run_holds_the_lock(note_client, key):
+    first = locked_tasks.skip_if_busy.enqueue(key, seconds=1.0)
+    wait_until(lambda: distlock(f"skip:{key}").locked())
+    label = f"tasks:tests.support.locked_tasks.skip_if_busy[{first.id}]"
+    # The admin's model and the CLI show the run's lock like any other.
+    assert HeldLock.objects.get(name=f"skip:{key}").context == label
+    shown = io.StringIO()
+    call_command("distlock", "show", f"skip:{key}", stdout=shown)
+    assert label in shown.getvalue()
+    second = locked_tasks.skip_if_busy.enqueue(key)
+    finished([first, second])
+    assert first.status == second.status == "SUCCESSFUL"
+    assert second.return_value == SKIPPED
+    (run,) = runs(note_client, key)
+    assert run["context"] == f"tasks:tests.support.locked_tasks.skip_if_busy[{first.id}]"
+
+
+def test_an_async_task_on_a_worker(key):
+    (result,) = finished([locked_tasks.async_skip_if_busy.enqueue(key, seconds=0)])
+    assert result.status == "SUCCESSFUL"
+    assert result.return_value["context"].endswith(f"async_skip_if_busy[{result.id}]")
+
+
+def test_defer_queues_the_task_again_after_the_holders_lease(note_client, key):
+    first = locked_tasks.defer_if_busy.enqueue(key, seconds=1.0)
+    wait_until(lambda: distlock(f"defer:{key}").locked())
+    second = locked_tasks.defer_if_busy.enqueue(key)
+    finished([first, second])
+    assert second.return_value == DEFERRED
+    wait_until(lambda: note_client.llen(f"runs:{key}") == 2)
+    done = sorted(runs(note_client, key), key=lambda run: run["started"])
+    assert done[0]["id"] == first.id
+    assert done[1]["id"] not in (first.id, second.id)  # the deferred copy's own result
+    assert done[1]["started"] >= done[0]["ended"]
+    assert note_client.llen(f"overlaps:{key}") == 0
+    again = locked_tasks.defer_if_busy.get_result(done[1]["id"])
+    assert again.status == "SUCCESSFUL"
+    assert again.args == [key]
+    assert again.kwargs == {}
+
+
+def test_wait_up_to_blocking_timeout_then_fail(key):
+    first = locked_tasks.wait_briefly.enqueue(key, seconds=1.5)
+    wait_until(lambda: distlock(f"bounded:{key}").locked())
+    second = locked_tasks.wait_briefly.enqueue(key)
+    finished([first, second])
+    assert first.status == "SUCCESSFUL"
+    assert second.status == "FAILED"
+    assert second.errors[0].exception_class is LockNotAcquired
+
+
+def test_a_killed_worker_frees_the_lock_at_its_lease_end(workers, note_client, key):
+    doomed = locked_tasks.crash_prone.enqueue(key, seconds=30)
+    wait_until(lambda: distlock(f"crash:{key}").locked())
+    doomed.refresh()
+    (worker_id,) = doomed.worker_ids
+    (worker,) = [worker for worker in workers if worker.name == worker_id]
+    worker.kill()
+    killed_at = time.time()
+    after = locked_tasks.crash_prone.enqueue(key, seconds=0)
+    finished([after])
+    assert after.status == "SUCCESSFUL"
+    (run,) = runs(note_client, key)
+    # Not before the killed run's lease (1.5 s, renewed at a third) ran out.
+    assert 0.5 < run["started"] - killed_at < 3.0
+    doomed.refresh()
+    assert doomed.status == "RUNNING"  # django-tasks-db does not notice a dead worker
+
+
+def test_unique_while_queued_under_concurrent_enqueues(note_client, key):
+    results = []
+
+    def enqueue():
+        results.append(locked_tasks.unique.enqueue(key))
+        connections.close_all()
+
+    threads = [threading.Thread(target=enqueue) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len({result.id for result in results}) == 1
+    # While it is queued or running, enqueue(key=...) is the same lock name.
+    wait_until(lambda: distlock(f"unique:{key}").locked())
+    assert locked_tasks.unique.enqueue(key=key, seconds=0.2).id == results[0].id
+    finished(results[:1])
+    assert len(runs(note_client, key)) == 1
+    later = locked_tasks.unique.enqueue(key)
+    assert later.id != results[0].id
+    finished([later])
+    assert len(runs(note_client, key)) == 2
+
+
+def test_a_killed_workers_claim_frees_the_name_at_its_lease_end(workers, note_client, key):
+    doomed = locked_tasks.unique.enqueue(key, seconds=30)
+    wait_until(lambda: distlock(f"unique:{key}").locked())
+    doomed.refresh()
+    (worker,) = [worker for worker in workers if worker.name in doomed.worker_ids]
+    worker.kill()
+    assert locked_tasks.unique.enqueue(key).id == doomed.id  # its lease is not over yet
+    wait_until(lambda: not distlock(f"unique:{key}").locked(), timeout=5)
+    fresh = locked_tasks.unique.enqueue(key, seconds=0)
+    assert fresh.id != doomed.id
+    finished([fresh])
+    assert [run["id"] for run in runs(note_client, key)] == [fresh.id]
+
+
+def test_a_deferred_run_hands_its_claim_to_the_task_queued_in_its_place(note_client, key):
+    taken, done = threading.Event(), threading.Event()
+
+    def hold():
+        with distlock(f"unique-defer:{key}", timeout=30):
+            taken.set()
+            done.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    taken.wait(5)
+    try:
+        first = locked_tasks.unique_defer.enqueue(key)
+        finished([first])
+        assert first.return_value == DEFERRED
+        again = locked_tasks.unique_defer.enqueue(key)  # the copy queued in its place
+        assert again.id != first.id
+        assert again.task.run_after is not None
+    finally:
+        done.set()
+        holder.join()
+    # It runs once the holder is gone (deferred again meanwhile if the machine is slow).
+    wait_until(lambda: note_client.llen(f"runs:{key}") == 1)
+    (run,) = runs(note_client, key)
+    assert locked_tasks.unique_defer.get_result(run["id"]).status in ("RUNNING", "SUCCESSFUL")
+
+
+async def test_aenqueue_is_unique_too(key):
+    first = await locked_tasks.unique.aenqueue(key, seconds=0.2)
+    second = await locked_tasks.unique.aenqueue(key)
+    assert second.id == first.id
+    await asyncio.to_thread(finished, [first])
+    assert first.status == "SUCCESSFUL"
