@@ -4,14 +4,14 @@ bound to the task function's signature; and the function a task class runs."""
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from celery import Task
 
-from ..engine import NameTemplate, validate_name, validate_seconds
+from ..engine import validate_seconds
+from ..locked_runs import RunOptions
 
 __all__ = [
     "NEEDS_LOCKED_TASK",
@@ -27,67 +27,38 @@ ON_BUSY: tuple[str, ...] = ("skip", "retry", "wait")
 
 
 @dataclass(frozen=True, slots=True)
-class Locking:
-    """How a task is locked: the name template bound to the task function's signature,
-    and the options of :func:`locked_task`, validated."""
+class Locking(RunOptions):
+    """How a task is locked: :class:`~django_distlock.locked_runs.RunOptions` and
+    Celery's own (the cap on a retry's countdown, and whether ``LockedTask``'s ``lock_``
+    attributes said it)."""
 
-    template: str
-    name_for: Callable[[Sequence[Any], Mapping[str, Any]], str]
-    on_busy: str
-    wait: float | None
-    timeout: float | None
-    max_retry_countdown: float
-    unique_while_queued: bool
-    unique_timeout: float
-    from_class: bool
+    max_retry_countdown: float = 60.0
+    from_class: bool = False
 
     @classmethod
-    def build(
+    def of(
         cls,
         name: Any,
         func: Callable[..., Any],
         *,
-        on_busy: Any,
-        blocking_timeout: Any,
-        timeout: Any,
         max_retry_countdown: Any,
-        unique_while_queued: Any,
-        unique_timeout: Any,
         from_class: bool = False,
         argument: str = "",
+        **options: Any,
     ) -> Locking:
-        """Validate everything now (``TypeError``/``ValueError`` naming the option), so
-        that a task that cannot work fails where it is defined."""
-        if on_busy not in ON_BUSY:
-            raise ValueError(
-                f"{argument}on_busy must be one of {', '.join(map(repr, ON_BUSY))}, not {on_busy!r}"
-            )
-        if not isinstance(unique_while_queued, bool):
-            raise TypeError(
-                f"{argument}unique_while_queued must be a bool, "
-                f"not {type(unique_while_queued).__name__}"
-            )
-        template = NameTemplate(name)
-        if template.is_constant:
-            validate_name(name, f"{argument}name")
-        if blocking_timeout is not None:
-            wait = validate_seconds(
-                blocking_timeout, f"{argument}blocking_timeout", allow_zero=True
-            )
-        else:
-            wait = None if on_busy == "wait" else 0.0
-        return cls(
-            template=name,
-            name_for=template.namer(inspect.signature(func), f"{func.__qualname__}()"),
-            on_busy=on_busy,
-            wait=wait,
-            timeout=None if timeout is None else validate_seconds(timeout, f"{argument}timeout"),
-            max_retry_countdown=validate_seconds(
-                max_retry_countdown, f"{argument}max_retry_countdown", allow_zero=True
-            ),
-            unique_while_queued=unique_while_queued,
-            unique_timeout=validate_seconds(unique_timeout, f"{argument}unique_timeout"),
+        """The options of ``locked_task(name, ...)`` (or of ``LockedTask``'s attributes,
+        ``argument="lock_"``) on the task function ``func``, checked now."""
+        countdown = validate_seconds(
+            max_retry_countdown, f"{argument}max_retry_countdown", allow_zero=True
+        )
+        return cls.build(
+            name,
+            func,
+            choices=ON_BUSY,
+            argument=argument,
+            max_retry_countdown=countdown,
             from_class=from_class,
+            **options,
         )
 
     def countdown(self, retry_after: float | None) -> float:

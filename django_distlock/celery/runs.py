@@ -5,8 +5,6 @@ put back)."""
 
 from __future__ import annotations
 
-import datetime
-import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
@@ -14,18 +12,12 @@ from typing import Any, NoReturn
 from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
 
-from ..commands.terminal import escape_for_terminal, timestamp_and_age
 from ..engine import (
-    MAX_CONTEXT_LENGTH,
-    Lock,
     LockError,
     LockNotAcquired,
     TaskClaims,
-    clean_label,
-    current_holder,
 )
-from ..heldlocks import owner_label
-from ..locks import distlock
+from ..locked_runs import holder_of, run_label, run_lock
 from .locking import NEEDS_LOCKED_TASK, NEEDS_LOCKED_TASK_HINT, Locking
 
 __all__ = ["COPY_WAIT", "DEFAULT_VISIBILITY_TIMEOUT", "Run", "logger", "skipped_result"]
@@ -40,6 +32,8 @@ COPY_WAIT = 1.0
 # Seconds a broker keeps an unacknowledged message before delivering it again, when the
 # app does not say (kombu's default for Redis and SQS).
 DEFAULT_VISIBILITY_TIMEOUT = 3600.0
+
+PREFIX = "celery:"
 
 
 def skipped_result(name: str, retry_after: float | None) -> dict[str, Any]:
@@ -69,14 +63,9 @@ class Run:
         self.task_id: str | None = (
             None if request is None or request.called_directly else request.id
         )
-        self.label = _label(task, self.task_id, func)
-        self.lock = distlock(
-            self.name,
-            timeout=locking.timeout,
-            auto_renew=True,
-            on_lost=functools.partial(_report_lost, self.label),
-            context=f"celery:{self.label}",
-        )
+        task_name = f"{func.__module__}.{func.__qualname__}" if task is None else str(task.name)
+        self.label = run_label(PREFIX, task_name, self.task_id)
+        self.lock = run_lock(self.name, locking, PREFIX, self.label, logger)
         # With unique_while_queued, the run's claims on the lock name (None when the
         # task was called directly: there is no queue then).
         self.claims: TaskClaims | None = None
@@ -141,7 +130,7 @@ class Run:
                 "%s skipped: lock %r is held by %s",
                 self.label,
                 self.name,
-                self._holder(),
+                holder_of(self.lock),
             )
             self._finish(requeued=False)
             return skipped_result(self.name, retry_after)
@@ -161,18 +150,6 @@ class Run:
                 raise
         self._finish(requeued=False)
         raise error
-
-    def _holder(self) -> str:
-        """``web-3:4242 MainThread since 2026-11-22 10:01:02 UTC (12s ago)``, for a log line."""
-        try:
-            record = current_holder(self.lock.backend, self.name)
-        except LockError:
-            record = None
-        if record is None:
-            return "someone else (who has just let go)"
-        since = datetime.datetime.fromtimestamp(record.acquired_at, datetime.UTC)
-        owner = owner_label(record.host, record.pid, record.thread)
-        return f"{escape_for_terminal(owner)} since {timestamp_and_age(since)}"
 
     def _finish(self, *, requeued: bool) -> None:
         if self.claims is not None:
@@ -206,27 +183,6 @@ class Run:
             raise finish_error
 
 
-def _report_lost(label: str, lock: Lock) -> None:
-    """``on_lost`` of a task's lock (a function, not a method of the run: the lock must
-    not keep the run alive, nor the run the lock, through a cycle)."""
-    logger.warning(
-        "%s lost its lock %r while it ran (%s): another run may start now",
-        label,
-        lock.name,
-        lock.lost_reason or "its lease ended",
-    )
-
-
 def _published_again(exc: BaseException | None) -> bool:
     """Whether a run that ended with ``exc`` will run again under the same task id."""
     return isinstance(exc, Retry) or (isinstance(exc, Reject) and bool(exc.requeue))
-
-
-def _label(task: Task | None, task_id: str | None, func: Callable[..., Any]) -> str:
-    """``tasks.import_account[<id>]``, short enough for a context label (the id is kept
-    whole: a redelivered copy recognises its own run by it)."""
-    if task is None:
-        return f"{func.__module__}.{func.__qualname__}"[: MAX_CONTEXT_LENGTH - len("celery:")]
-    suffix = "" if task_id is None else f"[{task_id}]"
-    room = MAX_CONTEXT_LENGTH - len("celery:") - len(suffix)
-    return clean_label(f"{str(task.name)[: max(room, 0)]}{suffix}")

@@ -81,7 +81,7 @@ def locked_task(
             raise TypeError(f"locked_task decorates functions, not {type(func).__name__}")
         if inspect.iscoroutinefunction(func):
             raise TypeError("Celery runs no async def tasks: locked_task needs a plain function")
-        locking = Locking.build(
+        locking = Locking.of(
             name,
             func,
             on_busy=on_busy,
@@ -194,7 +194,7 @@ class LockedTask(Task):  # type: ignore[misc]
                     "sets lock_name too; configure the lock in one place"
                 )
         elif cls.lock_name is not None:
-            locking = Locking.build(
+            locking = Locking.of(
                 cls.lock_name,
                 func,
                 on_busy=cls.lock_on_busy,

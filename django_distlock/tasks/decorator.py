@@ -70,7 +70,7 @@ def locked_task(
         if getattr(task.func, "__distlock__", None) is not None:
             raise TypeError(f"{task.module_path} is locked already")
         func = task.func
-        locking = Locking.build(
+        locking = Locking.of(
             name,
             func,
             on_busy=on_busy,

@@ -4,7 +4,6 @@ give the lock back, whatever the outcome."""
 from __future__ import annotations
 
 import datetime
-import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -13,15 +12,11 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 
 from ..engine import (
-    MAX_CONTEXT_LENGTH,
-    Lock,
     LockError,
     LockNotAcquired,
     TaskClaims,
-    clean_label,
-    current_holder,
 )
-from ..locks import distlock
+from ..locked_runs import holder_of, run_label, run_lock
 from .options import Locking
 from .queueing import PENDING_TIMEOUT, claim_lasts, claims_for, hand_over, placeholder
 
@@ -53,16 +48,9 @@ class Run:
         self.locking = locking
         self.name = locking.name_for(args, kwargs)
         self.result = result
-        self.label = _label(f"{func.__module__}.{func.__qualname__}", result)
-        self.lock = distlock(
-            self.name,
-            timeout=locking.timeout,
-            auto_renew=True,
-            on_lost=functools.partial(_report_lost, self.label),
-            context=f"{PREFIX}{self.label}",
-        )
-        if locking.is_template:
-            self.lock.template = locking.template
+        task_name = f"{func.__module__}.{func.__qualname__}"
+        self.label = run_label(PREFIX, task_name, None if result is None else result.id)
+        self.lock = run_lock(self.name, locking, PREFIX, self.label, logger)
         # The run's claim on the lock name (unique_while_queued), when it runs from a queue.
         self.claims: TaskClaims | None = None
         if locking.unique_while_queued and result is not None:
@@ -133,7 +121,9 @@ class Run:
         """The lock stayed busy: skip, defer or fail, as ``on_busy`` says."""
         on_busy = self.locking.on_busy
         if on_busy == "skip":
-            logger.info("%s skipped: lock %r is held by %s", self.label, self.name, self._holder())
+            logger.info(
+                "%s skipped: lock %r is held by %s", self.label, self.name, holder_of(self.lock)
+            )
             self._finish()
             return SKIPPED
         if on_busy == "defer":
@@ -189,7 +179,7 @@ class Run:
             "%s deferred: lock %r is held by %s; queued again as %s to run in %.3gs",
             self.label,
             self.name,
-            self._holder(),
+            holder_of(self.lock),
             queued.id,
             delay,
         )
@@ -200,33 +190,3 @@ class Run:
         # backend runs a result once.
         if self.claims is not None:
             self.claims.forget()
-
-    def _holder(self) -> str:
-        """``web-3 pid 4242 (tasks:billing.tasks.import_account[...])``, for a log line."""
-        try:
-            record = current_holder(self.lock.backend, self.name)
-        except LockError:
-            record = None
-        if record is None:
-            return "someone else (who has just let go)"
-        context = f" ({record.context})" if record.context else ""
-        return f"{record.host} pid {record.pid}{context}"
-
-
-def _label(path: str, result: Any) -> str:
-    """``billing.tasks.import_account[<result id>]``, short enough for a context label
-    (the id is kept whole)."""
-    suffix = "" if result is None else f"[{result.id}]"
-    room = MAX_CONTEXT_LENGTH - len(PREFIX) - len(suffix)
-    return clean_label(f"{path[: max(room, 0)]}{suffix}")
-
-
-def _report_lost(label: str, lock: Lock) -> None:
-    """``on_lost`` of a run's lock (a function, not a method: the lock must not keep the
-    run alive through a cycle)."""
-    logger.warning(
-        "%s lost its lock %r while it ran (%s): another run may start now",
-        label,
-        lock.name,
-        lock.lost_reason or "its lease ended",
-    )
