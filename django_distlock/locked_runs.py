@@ -27,7 +27,7 @@ from .engine import (
 from .heldlocks import owner_label
 from .locks import distlock
 
-__all__ = ["RunOptions", "holder_of", "run_label", "run_lock"]
+__all__ = ["RunOptions", "end_run", "holder_of", "run_label", "run_lock"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +120,21 @@ def run_lock(
     if options.is_template:
         lock.template = options.template
     return lock
+
+
+def end_run(lock: Lock, exc: BaseException | None, finish: Callable[[], LockError | None]) -> None:
+    """After a run's body ended with ``exc`` (``None``: it returned): ``finish`` (the
+    run's claim bookkeeping, which returns the error it logged), then the lock given back
+    as leaving ``with`` does. The body's own exception is never replaced."""
+    try:
+        finish_error = finish()
+    finally:
+        if exc is None:
+            lock.__exit__(None, None, None)
+        else:
+            lock.__exit__(type(exc), exc, exc.__traceback__)
+    if finish_error is not None and exc is None:
+        raise finish_error
 
 
 def holder_of(lock: Lock) -> str:

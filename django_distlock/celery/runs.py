@@ -5,6 +5,7 @@ put back)."""
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
@@ -17,7 +18,7 @@ from ..engine import (
     LockNotAcquired,
     TaskClaims,
 )
-from ..locked_runs import holder_of, run_label, run_lock
+from ..locked_runs import end_run, holder_of, run_label, run_lock
 from .locking import NEEDS_LOCKED_TASK, NEEDS_LOCKED_TASK_HINT, Locking
 
 __all__ = ["COPY_WAIT", "DEFAULT_VISIBILITY_TIMEOUT", "Run", "logger", "skipped_result"]
@@ -168,19 +169,15 @@ class Run:
     def end(self, exc: BaseException | None) -> None:
         """After the body: mark the task done (or queued again, after a retry) and give
         the lock back. The body's own exception is never replaced."""
-        finish_error: LockError | None = None
+        end_run(self.lock, exc, functools.partial(self._finish_after_body, exc))
+
+    def _finish_after_body(self, exc: BaseException | None) -> LockError | None:
         try:
             self._finish(requeued=_published_again(exc))
         except LockError as error:
-            finish_error = error
             logger.error("%s: could not record the end of its run: %s", self.label, error)
-        finally:
-            if exc is None:
-                self.lock.__exit__(None, None, None)
-            else:
-                self.lock.__exit__(type(exc), exc, exc.__traceback__)
-        if finish_error is not None and exc is None:
-            raise finish_error
+            return error
+        return None
 
 
 def _published_again(exc: BaseException | None) -> bool:

@@ -16,7 +16,7 @@ from ..engine import (
     LockNotAcquired,
     TaskClaims,
 )
-from ..locked_runs import holder_of, run_label, run_lock
+from ..locked_runs import end_run, holder_of, run_label, run_lock
 from .options import Locking
 from .queueing import PENDING_TIMEOUT, claim_lasts, claims_for, hand_over, placeholder
 
@@ -81,15 +81,7 @@ class Run:
     def end(self, exc: BaseException | None) -> None:
         """After the body: give the claim back, then the lock. The body's own exception
         is never replaced."""
-        try:
-            finish_error = self._finish_after_body()
-        finally:
-            if exc is None:
-                self.lock.__exit__(None, None, None)
-            else:
-                self.lock.__exit__(type(exc), exc, exc.__traceback__)
-        if finish_error is not None and exc is None:
-            raise finish_error
+        end_run(self.lock, exc, self._finish_after_body)
 
     async def aend(self, exc: BaseException | None) -> None:
         """:meth:`end` for an ``async def`` task."""
