@@ -33,7 +33,9 @@ def closed_port() -> int:
 
 
 def deploy_messages() -> list:
-    return run_checks(tags=["distlock"], include_deployment_checks=True)
+    """The deploy checks' messages, by id (Django runs checks in no set order)."""
+    messages = run_checks(tags=["distlock"], include_deployment_checks=True)
+    return sorted(messages, key=lambda message: message.id)
 
 
 def keys_under(prefix: str, servers: list[RedisServer]) -> dict[int, int]:
