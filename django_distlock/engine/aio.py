@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import AskError, ConnectionError, NoScriptError, ResponseError, TryAgainError
 
-from .cancellation import cancellations, completed, keep_cancellation
+from .cancellation import cancellations, completed, keep_cancellation, redeliver_cancellation
 from .io import END_WAIT_REPLY_TIMEOUT
 from .ops import AwaitWakeUp, Call, CallEndingWait, Op, Pause, StartWait, Wake
 from .requests import (
@@ -184,7 +184,8 @@ class AsyncDriver:
                 except StopIteration as stop:
                     if cancelled:
                         raise asyncio.CancelledError from None
-                    return stop.value
+                    result = stop.value
+                    break
                 if result is Wake.WOKEN and error is None:
                     self._woken_unseen = False  # the steps know
                 error = None
@@ -197,9 +198,17 @@ class AsyncDriver:
                 except BaseException as exc:  # noqa: BLE001 - handed to the steps
                     cancelled = cancelled or isinstance(exc, asyncio.CancelledError)
                     error = exc
-        finally:
+        except BaseException:
             if self._wait is not None:
-                await completed(self._drop_wait())
+                await completed(self._drop_wait())  # what is raised goes on up
+            raise
+        if self._wait is not None:
+            _, cancelled = await completed(self._drop_wait())
+            if cancelled:
+                # The steps are done and the caller must first record what they got (a
+                # lock): the cancellation is its next await's, not lost.
+                redeliver_cancellation(task)
+        return result
 
     async def _do(self, op: Op) -> Any:
         if type(op) is Call:

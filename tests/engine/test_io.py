@@ -10,9 +10,10 @@ import redis
 from redis.exceptions import AskError, MovedError, TryAgainError
 
 from django_distlock.engine import Backend, Lock, LockBackendError, LockBackendUnavailable, Tuning
+from django_distlock.engine.aio import AsyncDriver
 from django_distlock.engine.cancellation import completed
 from django_distlock.engine.io import SyncDriver
-from django_distlock.engine.ops import Call
+from django_distlock.engine.ops import Call, StartWait
 from django_distlock.engine.requests import (
     MAX_REDIRECTS,
     TRYAGAIN_BUDGET,
@@ -244,3 +245,43 @@ async def test_completed_finishes_the_work_even_when_cancelled():
     task.cancel()
     assert await task == ("done", True)
     assert finished == [True]
+
+
+async def test_a_cancellation_while_the_driver_closes_a_wait_after_the_steps_is_kept(
+    backend, monkeypatch
+):
+    """Steps that end with a wait still open leave the driver to close it: a cancellation
+    that arrives meanwhile reaches the task at its next await, once the steps' result
+    (a lock it must record) is returned. It used to be lost, and the cancelled task ran
+    on (tests/engine/test_kinds_processes.py's re-entrant test hung on it)."""
+    driver = AsyncDriver(backend, "closing")
+    dropping, go_on = asyncio.Event(), asyncio.Event()
+    drop_wait = AsyncDriver._drop_wait
+
+    async def slow_drop_wait(self: AsyncDriver) -> None:
+        dropping.set()
+        await go_on.wait()
+        await drop_wait(self)
+
+    monkeypatch.setattr(AsyncDriver, "_drop_wait", slow_drop_wait)
+
+    def steps():
+        yield StartWait((keys_of("closing").wake("me"),))
+        return "taken"
+
+    seen = []
+
+    async def caller():
+        seen.append(await driver.run(steps()))
+        await asyncio.sleep(0)
+        seen.append("ran on after its cancellation")
+
+    task = asyncio.create_task(caller())
+    await asyncio.wait_for(dropping.wait(), 5)
+    task.cancel()
+    await asyncio.sleep(0.01)
+    go_on.set()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+    assert seen == ["taken"]
+    assert task.cancelled()

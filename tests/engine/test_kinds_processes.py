@@ -188,6 +188,10 @@ async def test_reentrant_levels_are_counted_under_random_cancellation(kind_topol
             victim = rng.choice(sorted(tasks, key=id))
             victim.cancel()  # wherever it is: waiting, inside, releasing
             tasks.discard(victim)
+            # Bounded: a cancellation the engine lost would leave the victim running
+            # (and this test hanging) instead of failing it.
+            done, _ = await asyncio.wait({victim}, timeout=10)
+            assert done, "a cancelled task ran on: its cancellation was lost"
             with pytest.raises(asyncio.CancelledError):
                 await victim
             cancelled += 1
