@@ -72,16 +72,28 @@ def processes_under(directory: Path) -> list[str]:
     return found
 
 
-def run_the_demos_tests(tmp_path: Path, *options: str) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "testproject/tests", "-p", "no:cacheprovider", *options],
-        cwd=ROOT,
-        env=user_env(tmp_path),
+def user_pytest(
+    tmp_path: Path,
+    *args: str,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m pytest -p no:cacheprovider ARGS`` as a user runs it (:func:`user_env`),
+    in ``cwd`` (default ``tmp_path``), killed after ``timeout`` seconds."""
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=tmp_path if cwd is None else cwd,
+        env=user_env(tmp_path) if env is None else env,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=timeout,
         check=False,
     )
+
+
+def run_the_demos_tests(tmp_path: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    result = user_pytest(tmp_path, "testproject/tests", *options, cwd=ROOT, timeout=180)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
     assert re.search(r"\b9 passed\b", result.stdout), output
@@ -124,15 +136,7 @@ def test_the_session_is_killed(distlock_server):
 def test_a_killed_session_takes_its_server_along(tmp_path):
     plugin_entry_point()
     (tmp_path / "test_killed.py").write_text(textwrap.dedent(KILLED_SESSION))
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider", "test_killed.py"],
-        cwd=tmp_path,
-        env=user_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = user_pytest(tmp_path, "-s", "test_killed.py")
     assert result.returncode == -9, result.stdout + result.stderr
     url = re.search(r"SERVER (redis://\S+)", result.stdout)
     assert url, result.stdout + result.stderr
@@ -146,15 +150,7 @@ def test_a_killed_session_takes_its_server_along(tmp_path):
 def test_nothing_starts_unless_a_test_asks(tmp_path):
     plugin_entry_point()
     (tmp_path / "test_plain.py").write_text("def test_plain():\n    pass\n")
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "test_plain.py"],
-        cwd=tmp_path,
-        env=user_env(tmp_path),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = user_pytest(tmp_path, "-v", "test_plain.py")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "django-distlock" in result.stdout  # the plugin is loaded...
     assert "lock server" not in result.stdout  # ...and started nothing
@@ -167,14 +163,6 @@ def test_distlock_test_url_is_used_instead_of_a_server(tmp_path, redis_server):
         "    assert distlock_server == os.environ['DISTLOCK_TEST_URL']\n"
     )
     env = {**user_env(tmp_path), TEST_URL_ENV_VAR: redis_server.url}
-    result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "test_url.py"],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    result = user_pytest(tmp_path, "-v", "test_url.py", env=env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "lock server" not in result.stdout  # nothing started
