@@ -13,7 +13,11 @@ Without it: ``LockTestHelper.start()`` (see :class:`LockTestHelper`). ``pip inst
 docs/testing.md.
 """
 
-from .helper import HOLDER_CONTEXT, LockTestHelper, fresh_prefix
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .server import (
     TEST_URL_ENV_VAR,
     LockServer,
@@ -32,3 +36,22 @@ __all__ = [
     "find_server_binary",
     "fresh_prefix",
 ]
+
+if TYPE_CHECKING:
+    from .helper import HOLDER_CONTEXT, LockTestHelper, fresh_prefix
+
+# The helper (Django's test utilities, the engine) is imported on first use: the pytest
+# plugin is loaded by every pytest run where the package is installed.
+_LAZY = {"HOLDER_CONTEXT", "LockTestHelper", "fresh_prefix"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(".helper", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
-from .helper import LockTestHelper
 from .server import TEST_URL_ENV_VAR, LockServer
+
+if TYPE_CHECKING:
+    from .helper import LockTestHelper
 
 __all__ = ["distlock_locks", "distlock_server"]
 
@@ -41,6 +44,8 @@ def distlock_server(request: pytest.FixtureRequest) -> Iterator[str]:
 def distlock_locks(distlock_server: str) -> Iterator[LockTestHelper]:
     """``DISTLOCK`` pointed at ``distlock_server`` under a key prefix of this test's own,
     with ``EVENTS="sync"``, restored afterwards: a :class:`LockTestHelper`."""
+    from .helper import LockTestHelper  # Django's test utilities: only when used
+
     helper = LockTestHelper(distlock_server)
     helper.apply()
     try:
