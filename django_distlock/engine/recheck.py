@@ -3,17 +3,13 @@ test that takes a lock away wants its holder told at once."""
 
 from __future__ import annotations
 
-import contextlib
-import time
 from typing import Any
 
 from . import process
-from .exceptions import LockError
 from .hold import Hold
-from .io import SyncDriver
 from .notifier import notifier
-from .renewal import after_renewals, plan_renewals, settled
-from .watchdog import watched_holds
+from .renewal import settled
+from .watchdog import renew_now, watched_holds
 
 __all__ = ["check_holds_now"]
 
@@ -38,21 +34,8 @@ def check_holds_now(name: str, *, prefix: str | None = None, timeout: float = 5.
             continue
         if not settled(hold) and not hold.giving_back and hold.generation == generation:
             by_backend.setdefault(hold.backend, {})[hold] = None
-    submit = notifier().submit
-    for backend, holds in by_backend.items():
-        sent_at = time.monotonic()
-        plan = plan_renewals(list(holds), sent_at, submit)
-        if not plan.holds:
-            continue
-        driver = SyncDriver(backend, name)
-        try:
-            replies: list[Any] = driver.call_many(plan.calls, min(plan.timeout, timeout))
-        except LockError as exc:
-            replies = [exc] * len(plan.calls)
+    for holds in by_backend.values():
         # A hold kept is renewed again when its own renewal comes: nothing to schedule.
-        wakes = after_renewals(plan, replies, sent_at, submit, lambda hold, due: None)
-        if wakes:
-            with contextlib.suppress(LockError):
-                driver.call_many(wakes, plan.timeout)
+        renew_now(list(holds), notifier().submit, lambda hold, due: None, timeout)
     notifier().wait_for_reports(timeout)
     return sum(len(holds) for holds in by_backend.values())

@@ -35,6 +35,7 @@ import queue
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from . import process
@@ -44,6 +45,7 @@ from .hold import Hold
 from .io import SyncDriver
 from .notifier import notifier
 from .renewal import (
+    Submit,
     after_renewals,
     end_lease,
     first_renewal,
@@ -57,6 +59,7 @@ __all__ = [
     "LoopWatchdog",
     "ThreadWatchdog",
     "loop_watchdog",
+    "renew_now",
     "thread_watchdog",
     "watched_holds",
 ]
@@ -127,23 +130,34 @@ class _Lane:
                 logger.exception("django-distlock: unexpected error in the renewal lane")
 
     def _renew(self, holds: list[Hold]) -> None:
-        if not holds:
-            return
-        sent_at = time.monotonic()
-        plan = plan_renewals(holds, sent_at, self._watchdog.notifier.submit)
-        if not plan.holds:
-            return
-        driver = SyncDriver(plan.holds[0].backend, plan.name)
-        try:
-            replies: list[Any] = driver.call_many(plan.calls, plan.timeout)
-        except LockError as exc:
-            replies = [exc] * len(plan.calls)
-        wakes = after_renewals(
-            plan, replies, sent_at, self._watchdog.notifier.submit, self._watchdog.schedule
-        )
-        if wakes:  # fair waiters whose turn came with a release: best effort
-            with contextlib.suppress(LockError):
-                driver.call_many(wakes, plan.timeout)
+        renew_now(holds, self._watchdog.notifier.submit, self._watchdog.schedule)
+
+
+def renew_now(
+    holds: list[Hold],
+    submit: Submit,
+    schedule: Callable[[Hold, float], None],
+    within: float | None = None,
+) -> None:
+    """Renew ``holds`` (of one backend) from this thread, in one pipelined round trip (at
+    most ``within`` seconds, else the renewals' own bound): losses go to ``submit``, the
+    next renewal of each hold kept to ``schedule``."""
+    if not holds:
+        return
+    sent_at = time.monotonic()
+    plan = plan_renewals(holds, sent_at, submit)
+    if not plan.holds:
+        return
+    driver = SyncDriver(plan.holds[0].backend, plan.name)
+    timeout = plan.timeout if within is None else min(plan.timeout, within)
+    try:
+        replies: list[Any] = driver.call_many(plan.calls, timeout)
+    except LockError as exc:
+        replies = [exc] * len(plan.calls)
+    wakes = after_renewals(plan, replies, sent_at, submit, schedule)
+    if wakes:  # fair waiters whose turn came with a release: best effort
+        with contextlib.suppress(LockError):
+            driver.call_many(wakes, plan.timeout)
 
 
 class ThreadWatchdog:
