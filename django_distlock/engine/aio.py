@@ -7,12 +7,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Coroutine, Generator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import AskError, ConnectionError, NoScriptError, ResponseError, TryAgainError
 
-from .cancellation import cancellations, completed, keep_cancellation, redeliver_cancellation
+from .cancellation import cancellations, completed, keep_cancellation
 from .io import END_WAIT_REPLY_TIMEOUT
 from .ops import AwaitWakeUp, Call, CallEndingWait, Op, Pause, StartWait, Wake
 from .requests import (
@@ -169,14 +169,17 @@ class AsyncDriver:
         return await self._run(steps)
 
     async def _run(self, steps: Generator[Op, Any, T]) -> T:
+        # Counted before anything is awaited: a cancellation the client loses while the
+        # routes are read (a cluster's slot map) is this run's, not an older one.
+        task, requested = cancellations()
         try:  # where keys live is read before the steps: no request's time includes it
             await self.backend.aroutes()
         except BACKEND_ERRORS as exc:
             raise failure(self.name, exc) from exc
+        keep_cancellation(task, requested)
         result: Any = None
         error: BaseException | None = None
         cancelled = False
-        task, requested = cancellations()
         try:
             while True:
                 try:
@@ -198,16 +201,11 @@ class AsyncDriver:
                 except BaseException as exc:  # noqa: BLE001 - handed to the steps
                     cancelled = cancelled or isinstance(exc, asyncio.CancelledError)
                     error = exc
-        except BaseException:
-            if self._wait is not None:
-                await completed(self._drop_wait())  # what is raised goes on up
-            raise
-        if self._wait is not None:
-            _, cancelled = await completed(self._drop_wait())
-            if cancelled:
-                # The steps are done and the caller must first record what they got (a
-                # lock): the cancellation is its next await's, not lost.
-                redeliver_cancellation(task)
+        finally:
+            # Not awaited: the steps are done, and a cancellation arriving while the close
+            # was awaited would have nowhere to go before the caller records their result
+            # (a lock).
+            self._drop_wait_soon()
         return result
 
     async def _do(self, op: Op) -> Any:
@@ -249,7 +247,7 @@ class AsyncDriver:
             else:
                 await connection.send_command(*blpop)
         except BaseException:
-            await completed(self._drop_wait())
+            self._drop_wait_soon()
             raise
         # Read in a task of its own: waiting for it may time out or be cancelled without
         # cutting a reply in half.
@@ -261,7 +259,9 @@ class AsyncDriver:
         started = time.monotonic()
         deadline = started + op.timeout
         redirects = 0
+        task, requested = cancellations()
         while True:
+            keep_cancellation(task, requested)  # lost as the wait was sent again
             read = self._read
             assert read is not None
             assert self._wait is not None
@@ -301,7 +301,7 @@ class AsyncDriver:
         try:
             reply, server = await self._routed(op.call.keys[0], op.call)
         except BaseException as exc:
-            await completed(self._drop_wait())
+            self._drop_wait_soon()
             if isinstance(exc, BACKEND_ERRORS):
                 raise failure(self.name, exc) from exc
             raise
@@ -329,24 +329,38 @@ class AsyncDriver:
             await wait[0].close_wait(wait[1], clean=True)
 
     async def _drop_wait(self) -> None:
+        closing = self._dropped_wait()
+        if closing is not None:
+            await closing
+
+    def _drop_wait_soon(self) -> None:
+        """:meth:`_drop_wait` without awaiting it: the connection is closed in the
+        background, and the caller has no await where a cancellation could arrive."""
+        closing = self._dropped_wait()
+        if closing is not None:
+            _spawn(closing)
+
+    def _dropped_wait(self) -> Coroutine[Any, Any, None] | None:
+        """Let go of the outstanding wait: what closes its connection, or ``None`` when
+        that is left to its reader."""
         wait, read = self._wait, self._read
         self._wait = self._read = None
         if wait is None:
-            return
+            return None
         self._woken_unseen = True
         server, connection = wait
         if read is None or read.done():
-            await server.close_wait(connection, clean=False)
-            return
+            return server.close_wait(connection, clean=False)
         # The reader may still touch the connection: it goes back once the reader is done.
         read.cancel()
         read.add_done_callback(lambda _: _spawn(server.close_wait(connection, clean=False)))
+        return None
 
 
 _spawned: set[asyncio.Task[Any]] = set()
 
 
-def _spawn(coroutine: Any) -> None:
+def _spawn(coroutine: Coroutine[Any, Any, None]) -> None:
     task = asyncio.ensure_future(coroutine)
     _spawned.add(task)
     task.add_done_callback(_spawned.discard)

@@ -8,7 +8,7 @@ import asyncio
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-__all__ = ["cancellations", "completed", "keep_cancellation", "redeliver_cancellation"]
+__all__ = ["cancellations", "completed", "keep_cancellation"]
 
 T = TypeVar("T")
 
@@ -30,15 +30,6 @@ def keep_cancellation(task: asyncio.Task[Any] | None, requested: int) -> None:
     """
     if task is not None and task.cancelling() > requested:
         raise asyncio.CancelledError
-
-
-def redeliver_cancellation(task: asyncio.Task[Any] | None) -> None:
-    """Raise again, at ``task``'s next await, a cancellation that :func:`completed`
-    carried work through and that its caller cannot raise now (its count of pending
-    cancellations stays as it was)."""
-    if task is not None:
-        task.uncancel()
-        task.cancel()
 
 
 async def completed(awaitable: Awaitable[T]) -> tuple[T, bool]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 
 import pytest
@@ -13,7 +14,7 @@ from django_distlock.engine import Backend, Lock, LockBackendError, LockBackendU
 from django_distlock.engine.aio import AsyncDriver
 from django_distlock.engine.cancellation import completed
 from django_distlock.engine.io import SyncDriver
-from django_distlock.engine.ops import Call, StartWait
+from django_distlock.engine.ops import AwaitWakeUp, Call, Pause, StartWait
 from django_distlock.engine.requests import (
     MAX_REDIRECTS,
     TRYAGAIN_BUDGET,
@@ -21,6 +22,7 @@ from django_distlock.engine.requests import (
     redirect_of,
 )
 from django_distlock.engine.scripts import TTL
+from django_distlock.engine.servers import AsyncServer
 from tests.support.engine import (
     async_client,
     await_until,
@@ -247,41 +249,117 @@ async def test_completed_finishes_the_work_even_when_cancelled():
     assert finished == [True]
 
 
-async def test_a_cancellation_while_the_driver_closes_a_wait_after_the_steps_is_kept(
-    backend, monkeypatch
+async def test_the_driver_closes_a_wait_left_by_finished_steps_without_a_window_for_cancelling(
+    backend, redis_client, monkeypatch
 ):
-    """Steps that end with a wait still open leave the driver to close it: a cancellation
-    that arrives meanwhile reaches the task at its next await, once the steps' result
-    (a lock it must record) is returned. It used to be lost, and the cancelled task ran
-    on (tests/engine/test_kinds_processes.py's re-entrant test hung on it)."""
+    """Steps that end with a wait still open leave the driver to close it. It used to
+    await that close, and a cancellation arriving meanwhile was raised again at the task's
+    next await: already pending when the caller entered ``asyncio.timeout``, it counted as
+    older than the timeout, which swallowed it with its own expiry (TimeoutError, and the
+    cancelled task ran on). The close now goes on in the background and the caller gets
+    the steps' result at once; a cancellation reaches the caller's own awaits."""
     driver = AsyncDriver(backend, "closing")
-    dropping, go_on = asyncio.Event(), asyncio.Event()
-    drop_wait = AsyncDriver._drop_wait
+    closing, go_on = asyncio.Event(), asyncio.Event()
+    close_wait = AsyncServer.close_wait
 
-    async def slow_drop_wait(self: AsyncDriver) -> None:
-        dropping.set()
-        await go_on.wait()
-        await drop_wait(self)
+    async def slow_close_wait(self: AsyncServer, connection, *, clean: bool) -> None:
+        closing.set()
+        await go_on.wait()  # a pool whose lock is busy
+        await close_wait(self, connection, clean=clean)
 
-    monkeypatch.setattr(AsyncDriver, "_drop_wait", slow_drop_wait)
+    monkeypatch.setattr(AsyncServer, "close_wait", slow_close_wait)
+    wake_key = keys_of("closing").wake("me")
 
     def steps():
-        yield StartWait((keys_of("closing").wake("me"),))
+        yield StartWait((wake_key,))
+        redis_client.lpush(wake_key, "1")  # the wait is answered: its reader is done
+        yield Pause(0.2)
         return "taken"
 
     seen = []
 
     async def caller():
         seen.append(await driver.run(steps()))
-        await asyncio.sleep(0)
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(0):
+                await asyncio.sleep(1)
+        await asyncio.sleep(1)
         seen.append("ran on after its cancellation")
 
     task = asyncio.create_task(caller())
-    await asyncio.wait_for(dropping.wait(), 5)
+    await asyncio.wait_for(closing.wait(), 5)
     task.cancel()
     await asyncio.sleep(0.01)
     go_on.set()
     with pytest.raises(asyncio.CancelledError):
         await asyncio.wait_for(task, 5)
     assert seen == ["taken"]
-    assert task.cancelled()
+    assert redis_client.exists(wake_key) == 0  # the wake-up was read, not left behind
+    await await_until(lambda: blocked_clients(redis_client) == 0)
+
+
+async def test_a_cancellation_the_client_lost_while_routes_were_read_still_ends_the_steps(
+    backend, monkeypatch
+):
+    """redis-py awaits writes through ``asyncio.wait_for``, which on Python 3.11 returns
+    the result instead of raising when the cancellation arrives as the write finishes:
+    the cancellation stays counted (``Task.cancelling()``) but nothing raises it. Lost so
+    while the running loop's routes were first read (a cluster's slot map, in the
+    re-entrant test of test_kinds_processes.py on CI), it was taken as older than the
+    steps, and the cancelled task waited on for the lock."""
+    reading = asyncio.Event()
+    aroutes = Backend.aroutes
+
+    async def losing_aroutes(self: Backend):
+        routes = await aroutes(self)
+        if not reading.is_set():
+            reading.set()
+            with contextlib.suppress(asyncio.CancelledError):  # as wait_for does on 3.11
+                await asyncio.sleep(1)
+        return routes
+
+    monkeypatch.setattr(Backend, "aroutes", losing_aroutes)
+
+    def steps():
+        yield Pause(30)
+        return "waited"
+
+    task = asyncio.create_task(AsyncDriver(backend, "lost").run(steps()))
+    await asyncio.wait_for(reading.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+
+
+async def test_a_cancellation_the_client_lost_as_a_wait_was_sent_again_ends_the_wait(
+    make_backend, redis_client, monkeypatch
+):
+    """The same loss while a wait is sent again (the server ended the last ``BLPOP`` at
+    its own timeout): the driver waited on, cancelled, until its timer."""
+    backend = make_backend(tuning=Tuning(server_wait=0.1))
+    opened = 0
+    reopening = asyncio.Event()
+    open_wait = AsyncDriver._open_wait
+
+    async def losing_open_wait(self: AsyncDriver, server, keys, *, asking: bool) -> None:
+        nonlocal opened
+        await open_wait(self, server, keys, asking=asking)
+        opened += 1
+        if opened == 2:
+            reopening.set()
+            with contextlib.suppress(asyncio.CancelledError):  # as wait_for does on 3.11
+                await asyncio.sleep(1)
+
+    monkeypatch.setattr(AsyncDriver, "_open_wait", losing_open_wait)
+
+    def steps():
+        yield StartWait((keys_of("lost").wake("me"),))
+        yield AwaitWakeUp(30)
+        return "woken"
+
+    task = asyncio.create_task(AsyncDriver(backend, "lost").run(steps()))
+    await asyncio.wait_for(reopening.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+    await await_until(lambda: blocked_clients(redis_client) == 0)

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from django_distlock.engine import Lock
-from tests.support.engine import Recorder, close_backend, keys_of
+from tests.support.engine import Recorder, awaiting, close_backend, keys_of
 from tests.support.kind_workers import (
     Workers,
     account_names,
@@ -191,7 +191,10 @@ async def test_reentrant_levels_are_counted_under_random_cancellation(kind_topol
             # Bounded: a cancellation the engine lost would leave the victim running
             # (and this test hanging) instead of failing it.
             done, _ = await asyncio.wait({victim}, timeout=10)
-            assert done, "a cancelled task ran on: its cancellation was lost"
+            assert done, (
+                f"a cancelled task ran on: its cancellation was lost "
+                f"({victim.cancelling()} pending)\n{awaiting(victim)}"
+            )
             with pytest.raises(asyncio.CancelledError):
                 await victim
             cancelled += 1

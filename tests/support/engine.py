@@ -363,3 +363,19 @@ def stop_worker(process: subprocess.Popen[str]) -> tuple[str, str]:
         process.kill()
     out, err = process.communicate(timeout=30)
     return out, err
+
+
+def awaiting(task: asyncio.Task[Any]) -> str:
+    """Where ``task`` is suspended, innermost last: each coroutine's function and line,
+    down its chain of awaits to the future it waits on (``Task.get_stack`` shows only
+    the outermost frame of a suspended task)."""
+    lines = []
+    step: Any = task.get_coro()
+    while step is not None:
+        frame = getattr(step, "cr_frame", None) or getattr(step, "gi_frame", None)
+        if frame is None:
+            lines.append(f"  awaiting {step!r}")
+            break
+        lines.append(f"  {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
+        step = getattr(step, "cr_await", None) or getattr(step, "gi_yieldfrom", None)
+    return "\n".join(lines)
