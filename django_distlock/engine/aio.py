@@ -202,10 +202,7 @@ class AsyncDriver:
                     cancelled = cancelled or isinstance(exc, asyncio.CancelledError)
                     error = exc
         finally:
-            # Not awaited: the steps are done, and a cancellation arriving while the close
-            # was awaited would have nowhere to go before the caller records their result
-            # (a lock).
-            self._drop_wait_soon()
+            self._drop_wait()  # a wait finished steps left open
         return result
 
     async def _do(self, op: Op) -> Any:
@@ -224,10 +221,10 @@ class AsyncDriver:
             if isinstance(op, Pause):
                 return await asyncio.sleep(op.seconds)
         except NotSent as failed:
-            await self._drop_wait()
+            self._drop_wait()
             raise unavailable(self.name, failed.error) from failed
         except BACKEND_ERRORS as exc:
-            await self._drop_wait()
+            self._drop_wait()
             raise failure(self.name, exc) from exc
         raise TypeError(f"unknown step {op!r}")  # pragma: no cover
 
@@ -247,7 +244,7 @@ class AsyncDriver:
             else:
                 await connection.send_command(*blpop)
         except BaseException:
-            self._drop_wait_soon()
+            self._drop_wait()
             raise
         # Read in a task of its own: waiting for it may time out or be cancelled without
         # cutting a reply in half.
@@ -301,16 +298,16 @@ class AsyncDriver:
         try:
             reply, server = await self._routed(op.call.keys[0], op.call)
         except BaseException as exc:
-            self._drop_wait_soon()
+            self._drop_wait()
             if isinstance(exc, BACKEND_ERRORS):
                 raise failure(self.name, exc) from exc
             raise
         if server is not self._wait[0]:
-            await self._drop_wait()
+            self._drop_wait()
             return reply, True
         done, _ = await asyncio.wait({read}, timeout=END_WAIT_REPLY_TIMEOUT)
         if not done:
-            await self._drop_wait()
+            self._drop_wait()
             return reply, True
         try:
             answer = read.result()
@@ -318,7 +315,7 @@ class AsyncDriver:
             await self._finish_wait()  # ended by the server (a failover): nothing consumed
             return reply, False
         except BACKEND_ERRORS:
-            await self._drop_wait()
+            self._drop_wait()
             return reply, True
         await self._finish_wait()
         return reply, woken_by(answer)
@@ -328,33 +325,22 @@ class AsyncDriver:
         if wait is not None:
             await wait[0].close_wait(wait[1], clean=True)
 
-    async def _drop_wait(self) -> None:
-        closing = self._dropped_wait()
-        if closing is not None:
-            await closing
-
-    def _drop_wait_soon(self) -> None:
-        """:meth:`_drop_wait` without awaiting it: the connection is closed in the
-        background, and the caller has no await where a cancellation could arrive."""
-        closing = self._dropped_wait()
-        if closing is not None:
-            _spawn(closing)
-
-    def _dropped_wait(self) -> Coroutine[Any, Any, None] | None:
-        """Let go of the outstanding wait: what closes its connection, or ``None`` when
-        that is left to its reader."""
+    def _drop_wait(self) -> None:
+        """Let go of the outstanding wait; its connection is disconnected and closed in the
+        background. Never awaited: a cancellation arriving during an awaited close would
+        interrupt it, or have nowhere to go once the steps are done."""
         wait, read = self._wait, self._read
         self._wait = self._read = None
         if wait is None:
-            return None
+            return
         self._woken_unseen = True
         server, connection = wait
         if read is None or read.done():
-            return server.close_wait(connection, clean=False)
+            _spawn(server.close_wait(connection, clean=False))
+            return
         # The reader may still touch the connection: it goes back once the reader is done.
         read.cancel()
         read.add_done_callback(lambda _: _spawn(server.close_wait(connection, clean=False)))
-        return None
 
 
 _spawned: set[asyncio.Task[Any]] = set()
