@@ -283,24 +283,35 @@ def _groups(keys: list[LockKeys], backend: Backend) -> list[list[LockKeys]]:
 
 
 def _each(calls: Iterable[Callable[[], Any]]) -> None:
-    """Make every call, even after one raised :class:`LockError`; then raise the first."""
-    first_error: LockError | None = None
+    """Make every call, whatever one raised (``KeyboardInterrupt`` too); then raise the
+    first interruption, else the first :class:`LockError`."""
+    errors: list[BaseException] = []
     for call in calls:
         try:
             call()
-        except LockError as error:
-            first_error = first_error or error
-    if first_error is not None:
-        raise first_error
+        except BaseException as error:  # noqa: BLE001 - raised once every name is given back
+            errors.append(error)
+    _raise_first(errors)
 
 
 async def _aeach(calls: Iterable[Callable[[], Awaitable[Any]]]) -> None:
-    """Async twin of :func:`_each`."""
-    first_error: LockError | None = None
+    """Async twin of :func:`_each`: a cancellation (an ``asyncio.timeout``, a failing
+    ``TaskGroup`` sibling) while one name is released stops none of the others, and the
+    task stays cancelled."""
+    errors: list[BaseException] = []
     for call in calls:
         try:
             await call()
-        except LockError as error:
-            first_error = first_error or error
-    if first_error is not None:
-        raise first_error
+        except BaseException as error:  # noqa: BLE001 - raised once every name is given back
+            errors.append(error)
+    _raise_first(errors)
+
+
+def _raise_first(errors: list[BaseException]) -> None:
+    """Raise the first interruption (anything but a :class:`LockError`) among
+    ``errors``, else the first error."""
+    interruption = next((error for error in errors if not isinstance(error, LockError)), None)
+    if interruption is not None:
+        raise interruption
+    if errors:
+        raise errors[0]

@@ -101,8 +101,10 @@ def not_replicated(hold: Hold, outcome: NotReplicated, role: Any) -> LockNotRepl
 
 class Releasing:
     """Around a release's round trips: the watchdog leaves the hold alone meanwhile, and a
-    release that fails is reported and remembered (the next acquire gives the old token
-    back first)."""
+    release that fails (Redis refused or could not be reached, or ``KeyboardInterrupt``
+    cut it short) is reported and remembered: the watchdog renews the hold no more but
+    gives its token back once Redis answers, and the next acquire by the same owner gives
+    it back first (:func:`~.renewal.plan_renewals`)."""
 
     __slots__ = ("hold",)
 
@@ -115,7 +117,7 @@ class Releasing:
     def __exit__(self, kind: Any, error: BaseException | None, traceback: Any) -> None:
         hold = self.hold
         try:
-            if isinstance(error, LockError):
+            if error is not None:
                 hold.release_failed = True
                 cause, reason = type(error).__name__, str(error)
                 tell(hold, "release_failed", held=hold.held_for, cause=cause, reason=reason)

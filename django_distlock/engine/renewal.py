@@ -23,6 +23,7 @@ from .scripts import WAKE
 
 __all__ = [
     "GIVE_BACK",
+    "RELEASE_AGAIN",
     "RenewalPlan",
     "abandoned_reason",
     "abandoned_release_call",
@@ -38,6 +39,7 @@ __all__ = [
     "mark_lost",
     "on_grid",
     "plan_renewals",
+    "release_again",
     "released_abandoned",
     "renewal_call",
     "renewal_event",
@@ -231,6 +233,10 @@ def released_abandoned(hold: Hold, reply: Any) -> None:
 GIVE_BACK = "the acquire that took it failed"
 """A :class:`RenewalPlan` entry releasing a hold of a failed acquire (``giving_back``)."""
 
+RELEASE_AGAIN = "its release failed"
+"""A :class:`RenewalPlan` entry releasing a hold whose owner's release failed
+(``release_failed``): it is never renewed again."""
+
 Submit = Callable[..., None]
 """Runs a report off the renewal path: ``submit(function, *args)`` (the notifier)."""
 
@@ -276,6 +282,8 @@ def plan_renewals(holds: list[Hold], now: float, submit: Submit) -> RenewalPlan:
                 submit(report, hold)
             continue
         sent.append(hold)
+        if hold.release_failed and not reason:
+            reason = RELEASE_AGAIN
         abandoned.append(reason)
         calls.append(abandoned_release_call(hold) if reason else renewal_call(hold))
         timeout = min(timeout, left)
@@ -303,6 +311,9 @@ def after_renewals(
             wakes += wake_calls(hold, reply)
             logger.info("django-distlock: gave back lock %r after a failed acquire", hold.name)
             continue
+        if reason is RELEASE_AGAIN:
+            wakes += release_again(hold, reply, submit, schedule)
+            continue
         if reason:
             wakes += wake_calls(hold, reply)
             if mark_lost(hold, LostCause.ABANDONED, reason):
@@ -320,3 +331,25 @@ def after_renewals(
         else:
             schedule(hold, due)
     return wakes
+
+
+def release_again(
+    hold: Hold, reply: Any, submit: Submit, schedule: Callable[[Hold, float], None]
+) -> list[Call]:
+    """Record the answer to the watchdog's release of ``hold`` after its owner's release
+    failed; returns the calls waking the fair waiter it names. Refused again, it is tried
+    again while the lease lasts; at the lease end its holder is told it lost the lock."""
+    if hold.released or hold.releasing:
+        return []  # the owner released it meanwhile
+    if isinstance(reply, LockError):
+        hold.renewal_error = str(reply)
+        now = time.monotonic()
+        if hold.expired(now):
+            if mark_lost(hold, LostCause.EXPIRED, lease_end_reason(hold)):
+                submit(tell_holder, hold)
+            return []
+        schedule(hold, min(now + max(hold.lease / 20, 0.05), hold.valid_until_mono))
+        return []
+    hold.released = True
+    logger.info("django-distlock: released lock %r after its release failed", hold.name)
+    return wake_calls(hold, reply)
