@@ -89,6 +89,9 @@ def acquire_steps(
         while True:
             sent_at = time.monotonic()
             wait.may_hold = True
+            # A fair waiter's attempt queues it if the lock is busy: once sent, it may be
+            # queued even if the reply never comes (leaving takes it off the queue).
+            wait.enqueued = wait.enqueued or (blocking and fair)
             try:
                 if wait.waiting and wait.timer_fired:
                     reply = yield from _attempt_ending_wait(wait, script, args, replicas)
@@ -133,7 +136,6 @@ def acquire_steps(
                     yield from wake_steps(keys, reply[3], liveness_ms)
                 return Acquired(taken[0], taken[1], sent_at)
             wait_ms = int(reply[1])
-            wait.enqueued = wait.enqueued or (blocking and fair)
             if not wait.writer and len(reply) > 3 and reply[3] in (b"1", "1"):
                 # Waiting among the writers of a lock held shared: taking it (or leaving)
                 # takes us off that list.
@@ -220,7 +222,7 @@ class _Waiting:
     consumed: bool = False
     """A wake-up reached us that we did not turn into the lock."""
     enqueued: bool = False
-    """We are on the fair queue."""
+    """We are (or, an attempt sent, may be) on the fair queue."""
     writer: bool = False
     """We wait among the writers of a lock held shared."""
     may_hold: bool = False

@@ -17,7 +17,7 @@ import redis
 
 from django_distlock.engine import Lock, LockBackendUnavailable, LockGroup
 from django_distlock.engine.scripts import RELEASE
-from tests.support.engine import await_until, lock_key, sync_client
+from tests.support.engine import await_until, keys_of, lock_key, sync_client
 from tests.support.proxy import sends_command
 
 NAME = "lost-reply"
@@ -194,3 +194,33 @@ def test_a_group_answered_after_its_lease_is_over_is_not_held(
     assert not group.held
     with private_redis.client() as direct:
         assert not any(direct.exists(lock_key(name)) for name in names)
+
+
+async def test_a_fair_waiter_whose_first_reply_is_lost_leaves_the_queue(
+    api, private_redis, make_proxy, make_backend
+):
+    """Issue 27: the first attempt of a fair waiter reaches the server, which queues it
+    (the lock is held), and its reply is lost. The waiter must take itself off the queue
+    as it gives up, not leave a dead head that every fair caller waits behind until its
+    place lapses."""
+    holder = Lock(NAME, backend=make_backend(private_redis), fair=True, timeout=LEASE)
+    assert await api.acquire(holder, blocking=False)
+    proxy = make_proxy(private_redis)
+    backend = make_backend(port=proxy.port, timeout=LEASE, auto_renew=False)
+    warm_up = Lock(f"{NAME}-warm-up", backend=backend)
+    assert await api.acquire(warm_up, blocking=False)
+    await api.release(warm_up)
+    waiter = Lock(NAME, backend=backend, fair=True)
+    proxy.lose_reply(acquire_of(NAME))
+    with pytest.raises(LockBackendUnavailable):
+        await api.acquire(waiter, blocking_timeout=5)
+    assert proxy.replies_lost == 1
+    with private_redis.client() as direct:
+        assert direct.llen(keys_of(NAME).queue) == 0
+    # The next fair caller gets the lock as soon as the holder lets it go.
+    await api.release(holder)
+    newcomer = Lock(NAME, backend=make_backend(private_redis), fair=True)
+    began = time.monotonic()
+    assert await api.acquire(newcomer, blocking_timeout=5)
+    assert time.monotonic() - began < 0.5
+    await api.release(newcomer)
