@@ -21,6 +21,7 @@ from .requests import (
     Redirect,
     Request,
     Routing,
+    asking_after,
     by_server,
     commands_for,
     failure,
@@ -256,6 +257,7 @@ class AsyncDriver:
         started = time.monotonic()
         deadline = started + op.timeout
         redirects = 0
+        asking = False
         task, requested = cancellations()
         while True:
             keep_cancellation(task, requested)  # lost as the wait was sent again
@@ -281,15 +283,17 @@ class AsyncDriver:
                 kind, delay = redirect
                 server = await routes.redirected(keys[0], server, exc, kind)
                 await asyncio.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))
-                await self._open_wait(server, keys, asking=kind == "ask")
-                redirects += 1
+                asking = asking_after(kind, asking)
+                await self._open_wait(server, keys, asking=asking)
+                if kind != "again":
+                    redirects += 1
                 continue
             if woken_by(reply):
                 self._woken_unseen = True  # until the steps get WOKEN (run() clears it)
                 await self._finish_wait()
                 return Wake.WOKEN
             await self._finish_wait()  # a leftover end mark, or the server's own timeout
-            await self._open_wait(server, self._wait_keys, asking=False)
+            await self._open_wait(server, self._wait_keys, asking=asking)
 
     async def _call_ending_wait(self, op: CallEndingWait) -> tuple[Any, bool]:
         read = self._read

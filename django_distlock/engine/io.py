@@ -21,6 +21,7 @@ from .requests import (
     Redirect,
     Request,
     Routing,
+    asking_after,
     by_server,
     commands_for,
     failure,
@@ -216,6 +217,7 @@ class SyncDriver:
         started = time.monotonic()
         deadline = started + op.timeout
         redirects = 0
+        asking = False
         while True:
             assert self._wait is not None
             server, connection = self._wait
@@ -236,8 +238,10 @@ class SyncDriver:
                 kind, delay = redirect
                 server = routes.redirected(keys[0], server, exc, kind)
                 time.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))
-                self._open_wait(server, keys, asking=kind == "ask")
-                redirects += 1
+                asking = asking_after(kind, asking)
+                self._open_wait(server, keys, asking=asking)
+                if kind != "again":
+                    redirects += 1
                 continue
             if woken_by(reply):
                 self._woken_unseen = True  # until the steps get WOKEN (run() clears it)
@@ -245,7 +249,7 @@ class SyncDriver:
                 return Wake.WOKEN
             # A mark left by an earlier wait, or the server's own timeout: wait on.
             self._finish_wait()
-            self._open_wait(server, self._wait_keys, asking=False)
+            self._open_wait(server, self._wait_keys, asking=asking)
 
     def _call_ending_wait(self, op: CallEndingWait) -> tuple[Any, bool]:
         if self._wait is None:

@@ -47,6 +47,7 @@ __all__ = [
     "Routing",
     "aexchange",
     "answer_of",
+    "asking_after",
     "by_server",
     "commands_for",
     "exchange",
@@ -178,8 +179,11 @@ def redirect_of(
     is_cluster: bool, error: BaseException, redirects: int, started: float
 ) -> tuple[str, float] | None:
     """What to do with ``error``, a cluster's refusal of a request first sent at monotonic
-    time ``started`` (``redirects`` counts those followed so far): ``("moved" | "ask" |
-    "again", delay in seconds)``, or ``None`` to give up and raise it."""
+    time ``started`` (``redirects`` counts the ``MOVED`` and ``ASK`` redirects followed
+    so far): ``("moved" | "ask" | "again", delay in seconds)``, or ``None`` to give up
+    and raise it. ``TRYAGAIN`` is bounded by time alone (:data:`TRYAGAIN_BUDGET`), not
+    counted: a slot whose keys stay split for a second refuses some fifty paced tries,
+    and the ``MOVED`` that ends the migration must still be followed."""
     if not is_cluster:
         return None
     if isinstance(error, TryAgainError):
@@ -198,6 +202,15 @@ def redirect_of(
             return None
         return "ask", TRYAGAIN_DELAY
     return None
+
+
+def asking_after(kind: str, asking: bool) -> bool:
+    """Whether the next try of a request redirected as ``kind`` (:func:`redirect_of`)
+    goes with ``ASKING``, ``asking`` saying whether the last one did. A ``TRYAGAIN`` from
+    the node an ``ASK`` sent us to (a migrating slot whose keys are split) is tried again
+    there, still asking: without ``ASKING`` that node answers ``MOVED``, back to the
+    source, which answers ``ASK`` again, until the redirect limit gives up."""
+    return kind == "ask" or (kind == "again" and asking)
 
 
 Request = Call | tuple[Any, ...]
@@ -281,8 +294,9 @@ class Routing:
         if redirect is None:
             raise answer
         kind, delay = redirect
-        self.asking = kind == "ask"
-        self.redirects += 1
+        self.asking = asking_after(kind, self.asking)
+        if kind != "again":
+            self.redirects += 1
         return Redirect(kind, answer, delay)
 
 

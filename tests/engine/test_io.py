@@ -21,6 +21,7 @@ from django_distlock.engine.requests import (
     MAX_REDIRECTS,
     TRYAGAIN_BUDGET,
     TRYAGAIN_DELAY,
+    Routing,
     redirect_of,
 )
 from django_distlock.engine.scripts import TTL
@@ -54,6 +55,29 @@ def test_ask_during_a_split_slot_is_followed_past_max_redirects_within_the_budge
         "again",
         TRYAGAIN_DELAY,
     )
+
+
+def test_a_tryagain_after_ask_is_tried_again_still_asking():
+    """The node an ASK sent us to answers TRYAGAIN while the slot's keys are split: the
+    retry goes there with ASKING again (without it, that node answers MOVED)."""
+    routing = Routing(("GET", "k"))
+    routing.answer([AskError("1 127.0.0.1:7002")], is_cluster=True)
+    assert routing.commands() == [("ASKING",), ("GET", "k")]
+    again = routing.answer([None, TryAgainError("TRYAGAIN")], is_cluster=True)
+    assert (again.kind, again.delay) == ("again", TRYAGAIN_DELAY)
+    assert routing.commands() == [("ASKING",), ("GET", "k")]
+    routing.answer([None, MovedError("1 127.0.0.1:7003")], is_cluster=True)
+    assert routing.commands() == [("GET", "k")]  # the slot moved: a plain request
+
+
+def test_tryagain_uses_up_no_redirect():
+    """A slot split for a second refuses some fifty paced tries; the MOVED that ends the
+    migration is still followed."""
+    routing = Routing(("GET", "k"))
+    for _ in range(MAX_REDIRECTS * 3):
+        routing.answer([TryAgainError("TRYAGAIN")], is_cluster=True)
+    moved = routing.answer([MovedError("1 127.0.0.1:7003")], is_cluster=True)
+    assert moved.kind == "moved"
 
 
 def test_moved_still_stops_at_max_redirects():

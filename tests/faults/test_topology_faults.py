@@ -15,6 +15,7 @@ import redis.sentinel
 from redis.crc import key_slot
 
 from django_distlock.engine import Backend, Lock, LockBackendUnavailable, LockKeys, LockLost
+from tests.support.engine import close_backend
 
 PREFIX = "distlock:"
 
@@ -241,3 +242,47 @@ def test_a_sentinel_failover_leaves_no_waiter_hanging_and_fences_increasing(priv
     assert newcomer.fence > before
     newcomer.release()
     backend.close()
+
+
+async def test_a_lock_rides_out_a_slot_migration_with_its_keys_split(api, private_cluster):
+    """Issue 27: while a slot migrates, the source answers ``ASK`` for keys that moved and
+    the target, asked, ``TRYAGAIN`` while the script's keys are not all there. The retry
+    after ``TRYAGAIN`` must stay ``ASKING``: without it the target answered ``MOVED``, back
+    to the source, ``ASK`` again, until the redirect limit raised
+    ``LockBackendUnavailable`` after a few hundred milliseconds. And the source, holding
+    some of the keys, answers ``TRYAGAIN`` until the move ends, then ``MOVED``: those
+    paced retries must not use up the redirect limit. Within the ~3 s budget
+    (docs/architecture.md) an acquire and a release ride the migration out."""
+    backend = Backend(cluster=private_cluster.urls)
+    name = "split"
+    keys = LockKeys.for_name(PREFIX, name)
+    slot = key_slot(keys.lock.encode())
+    lock = Lock(name, backend=backend, timeout=30, auto_renew=False)
+
+    async def during_migration(operation, to_node, moved=None):
+        migration = private_cluster.begin_slot_migration(slot, to_node)
+        migration.move_keys(moved)  # on the target, the slot not yet
+        finisher = threading.Timer(1.0, migration.finish)
+        finisher.start()
+        started = time.monotonic()
+        try:
+            await operation
+        finally:
+            await asyncio.to_thread(finisher.join)
+        took = time.monotonic() - started
+        assert private_cluster.primary_for_slot(slot) is to_node
+        return took
+
+    source = private_cluster.primary_for_slot(slot)
+    target = next(node for node in private_cluster.primaries if node is not source)
+    # Every key moved: ASK from the source, TRYAGAIN from the target.
+    took = await during_migration(api.acquire(lock, blocking=False), target)
+    assert lock.held
+    assert 0.9 < took < 3.0  # it waited for the move, within the budget
+    # The lock moved, its fence not: TRYAGAIN from the source, MOVED at the end.
+    took = await during_migration(api.release(lock), source, moved=[keys.lock])
+    assert not lock.held
+    assert 0.9 < took < 3.0
+    with private_cluster.client() as probe:
+        assert probe.exists(LockKeys.for_name(PREFIX, name).lock) == 0
+    await close_backend(backend)
