@@ -51,6 +51,7 @@ from django_distlock.commands.supervisor import (
     EXIT_NOT_FOUND,
     EXIT_UNAVAILABLE,
 )
+from django_distlock.engine import validate_name
 from django_distlock.events import prune_events
 
 __all__ = ["Command"]
@@ -74,6 +75,15 @@ class _SubcommandParser(CommandParser):
         before = getattr(namespace, self.program_dest, None) or []
         setattr(namespace, self.program_dest, [*before, *args[split + 1 :]])
         return namespace, extras
+
+
+def _lock_name(text: str) -> str:
+    """An argparse ``type`` for ``NAME``: a usable lock name (not empty, no NUL, at most
+    512 characters), refused before anything is asked of Redis."""
+    try:
+        return validate_name(text, "lock name")
+    except (TypeError, ValueError) as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _django_options() -> argparse.ArgumentParser:
@@ -117,7 +127,7 @@ class Command(BaseCommand):
         show = subcommands.add_parser(
             "show", parents=common, help="everything known about one held lock (each hold)"
         )
-        show.add_argument("name", metavar="NAME", help="the lock's name")
+        show.add_argument("name", metavar="NAME", type=_lock_name, help="the lock's name")
 
         release = subcommands.add_parser(
             "release",
@@ -127,7 +137,7 @@ class Command(BaseCommand):
             "until its lease renewal notices (it is told the lock was lost). A shared or "
             "limited lock with several holds needs --fence (see show) to say which hold.",
         )
-        release.add_argument("name", metavar="NAME", help="the lock's name")
+        release.add_argument("name", metavar="NAME", type=_lock_name, help="the lock's name")
         release.add_argument("--force", action="store_true", help="really release it (required)")
         release.add_argument(
             "--fence",
@@ -152,7 +162,7 @@ class Command(BaseCommand):
         )
         assert isinstance(run, _SubcommandParser)
         run.program_dest = "program"
-        run.add_argument("name", metavar="NAME", help="the lock's name")
+        run.add_argument("name", metavar="NAME", type=_lock_name, help="the lock's name")
         add_wait_and_lease(
             run, wait="--wait", lease="--timeout", default_wait=0.0, shown_wait=0, runs="CMD"
         )

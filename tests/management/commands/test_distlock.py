@@ -204,6 +204,15 @@ def test_show_a_lock_not_held(redis_client):
         distlock_cli("show", "nope")
 
 
+@pytest.mark.parametrize("subcommand", ["show", "release", "run"])
+def test_an_empty_name_is_refused_as_empty(redis_client, subcommand):
+    """Issue 27: ``show ''`` and ``release ''`` went to Redis with it ("cannot reach
+    Redis" when it was down, "not held" when it was up)."""
+    extra = {"show": [], "release": ["--force"], "run": ["--", "true"]}[subcommand]
+    with pytest.raises(CommandError, match="lock name must not be empty"):
+        distlock_cli(subcommand, "", *extra)
+
+
 # -- release ----------------------------------------------------------------------------
 
 
