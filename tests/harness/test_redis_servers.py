@@ -202,10 +202,14 @@ def test_a_server_dying_with_its_parent_stops_when_the_parent_is_killed(tmp_path
     deadline = time.monotonic() + 10
     while process_exists(int(pid)) and time.monotonic() < deadline:
         time.sleep(0.05)
+    while Path(directory).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = Path(directory).exists()
     shutil.rmtree(directory, ignore_errors=True)
     if process_exists(int(pid)):
         os.kill(int(pid), signal.SIGKILL)
         pytest.fail(f"server {pid} outlived the process that started it")
+    assert not left, f"its directory {directory} outlived the process that started it"
 
 
 def test_servers_are_stopped_at_interpreter_exit(run_server_child):

@@ -26,6 +26,8 @@ from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, ClassVar, Self
 
+from django_distlock.testing.server import remove_when_process_ends
+
 HOST = "127.0.0.1"
 PORT_ATTEMPTS = 5
 LOG_TAIL_CHARS = 4000
@@ -245,6 +247,8 @@ class ServerProcess:
         """Run the server on ``port``; False if the port was already in use."""
         if self._dir is None:
             self._dir = self._make_directory()
+            if self.die_with_parent:  # its directory too
+                remove_when_process_ends(self._dir)
         self._before_launch()
         assert self.log_path is not None
         with self.log_path.open("ab") as log:

@@ -145,6 +145,11 @@ def test_a_killed_session_takes_its_server_along(tmp_path):
     while not refused(port) and time.monotonic() < deadline:
         time.sleep(0.02)
     assert refused(port)
+    # And its directory with it (issue 27: it stayed behind, a leak per killed session).
+    leftovers = tmp_path / "tmp"
+    while list(leftovers.glob("distlock-*")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert list(leftovers.glob("distlock-*")) == []
 
 
 def test_nothing_starts_unless_a_test_asks(tmp_path):
