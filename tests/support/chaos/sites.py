@@ -446,8 +446,20 @@ class ClusterSite(ChaosSite):
             migration.move_keys(keys[: len(keys) // 2])
             time.sleep(duration / 2)
 
+        before = self._redirects()
         self.setup.migrate_slot(slot, target, on_migrating=while_migrating)
-        return f"slot {slot}", f"port {source.port} -> {target.port}"
+        after = self._redirects()
+        replies = ", ".join(f"{after[kind] - before[kind]} {kind}" for kind in _REDIRECTS)
+        return f"slot {slot}", f"port {source.port} -> {target.port}; replied {replies}"
+
+    def _redirects(self) -> dict[str, int]:
+        """How many ``ASK``, ``TRYAGAIN`` and ``MOVED`` replies the primaries gave."""
+        counts = dict.fromkeys(_REDIRECTS, 0)
+        for node in self.setup.primaries:
+            stats = _ask(node, "INFO", "errorstats")
+            for kind in _REDIRECTS:
+                counts[kind] += int(stats.get(f"errorstat_{kind}", {}).get("count", 0))
+        return counts
 
 
 def _holders(client: Any, name: str) -> list[tuple[str, int | None]]:
@@ -477,6 +489,9 @@ def _pid(value: bytes | None) -> int | None:
 
 
 _PID = re.compile(rb'"pid":\s*(\d+)')
+
+
+_REDIRECTS = ("ASK", "TRYAGAIN", "MOVED")
 
 
 def _slot(name: str) -> int:
