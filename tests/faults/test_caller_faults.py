@@ -41,7 +41,7 @@ CALLER_RUNS = [
         seed=2702,
         seconds=8,
         mean_gap=0.4,
-        faults=("client-interrupt", "client-interrupt", "slot-migration"),
+        faults=("client-interrupt", "slot-migration"),
     ),
     # A fair waiter cancelled in its first round trip must not keep its place in the
     # queue: the free lock goes to the next waiter.
