@@ -40,8 +40,8 @@ CALLER_RUNS = [
         "many",
         seed=2702,
         seconds=8,
-        mean_gap=0.4,
-        faults=("client-interrupt", "slot-migration"),
+        mean_gap=0.3,
+        faults=("client-interrupt", "client-interrupt", "client-interrupt", "slot-migration"),
     ),
     # A fair waiter cancelled in its first round trip must not keep its place in the
     # queue: the free lock goes to the next waiter.

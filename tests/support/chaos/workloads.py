@@ -36,6 +36,11 @@ its task is cancelled twice (the second while it handles the first). An interrup
 acquire is recorded ``info``, an interrupted release ``info``, with
 ``extra["interrupted"]`` saying how; either way the client stops believing it holds
 the lock there, and carries on with its next hold.
+
+A ``mutex``, ``fair`` or ``many`` lock object whose acquire or release raised an error or
+was interrupted is retired: kept alive and never used again (as an app keeps a lock
+object it will not touch for a while), a new one taking its place. Whatever it left in
+Redis must end by itself; the next acquire of the same object would otherwise adopt it.
 """
 
 from __future__ import annotations
@@ -98,7 +103,7 @@ CANCELLATIONS = ("timeout", "taskgroup", "cancel-twice")
 # How far into the armed call an interruption lands (seconds, uniform in one of the
 # ranges): a release is a round trip or a few; an acquire's first round trip (its
 # request sent, its reply on the way), or later while it waits.
-INTERRUPT_DELAYS = {"acquire": ((0.0, 0.004), (0.0, 0.05)), "release": ((0.0, 0.004),)}
+INTERRUPT_DELAYS = {"acquire": ((0.0, 0.004), (0.0, 0.05)), "release": ((0.0, 0.003),)}
 INTERRUPT_SIGNAL = signal.SIGUSR1
 _INTERRUPTIONS = (KeyboardInterrupt, asyncio.CancelledError)
 
@@ -295,7 +300,8 @@ class _Take:
     inner: Lock | None = None
     extra: dict[str, Any] = field(default_factory=dict)
     retire: Callable[[], None] | None = None
-    """Called after a release that raised an error or was interrupted: the client leaves
+    """Called after an acquire or a release that raised an error or was interrupted (the
+    lock may be held, though its caller does not believe it is): the client leaves
     that lock object alone from then on (and keeps it, as an app keeps a lock it will not
     use again soon), and takes a new one for its next holds. A hold the failed release
     left behind must end by itself."""
@@ -469,9 +475,13 @@ async def _one_hold(client: _Client, api: _Api, take: _Take) -> None:
                 extra=take.extra,
                 **common,
             )
+        if take.retire is not None:
+            take.retire()
         await asyncio.sleep(ERROR_BACKOFF)
         return
     except _INTERRUPTIONS as error:
+        if take.retire is not None:
+            take.retire()
         for name in take.names:
             client.record(
                 "acquire",
