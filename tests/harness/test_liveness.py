@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 from typing import Any
 
 from tests.support.chaos.nemesis import Fault
@@ -286,11 +287,16 @@ def test_an_error_during_a_slot_migration_is_found() -> None:
     assert report.ridden_out == 2
 
 
-def test_a_lost_hold_and_a_failed_release_during_a_migration_are_errors() -> None:
-    lost = op("lost", "c1", 1.5, 1.5, detail="lost")
-    failed = op("release", "c1", 1.6, 1.61, "fail", detail="lost: LockLost")
-    report = judge([lost, failed], [], [fault("slot-migration", 1.0, 2.2)])
-    assert len(report.violations) == 2
+def test_a_hold_lost_during_a_migration_shorter_than_its_lease_is_found() -> None:
+    def losses(lease: float) -> list[Operation]:
+        lost = op("lost", "c1", 1.5, 1.5, detail="lost")
+        failed = op("release", "c1", 1.6, 1.61, "fail", detail="lost: LockLost")
+        return [replace(o, lease=lease) for o in (lost, failed)]
+
+    migration = fault("slot-migration", 1.0, 2.2)
+    assert len(judge(losses(3.0), [], [migration]).violations) == 2
+    # Renewals refused for longer than a 1 s lease may lose it.
+    assert judge(losses(1.0), [], [migration]).ok
 
 
 def test_what_a_migration_does_not_cover_is_not_judged() -> None:
