@@ -245,6 +245,14 @@ def test_a_waiter_arriving_at_a_free_lock_and_left_waiting_is_found() -> None:
     assert report.of_type(LivenessType.FREE_LOCK_NOT_TAKEN)
 
 
+def test_a_free_span_is_broken_where_the_probe_missed_reads() -> None:
+    # Free at every read, but no read for 0.6 s in the middle: a hold may have come
+    # and gone unseen.
+    samples = reads(0.0, 0.9, []) + reads(1.5, 2.4, [])
+    assert judge([_waiting(0.0, 3.0)], samples).ok
+    assert not judge([_waiting(0.0, 3.0)], reads(0.0, 3.0, [])).ok
+
+
 def test_a_paused_or_killed_waiter_is_not_live() -> None:
     samples = reads(0.0, 3.5, [])
     assert judge([_waiting(1.0, 3.0)], samples, paused={"c2": [(1.5, 2.0)]}).ok

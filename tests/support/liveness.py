@@ -174,6 +174,8 @@ class Bounds:
     """The probe's interval, a renewal in flight as its owner let go, a loaded machine."""
     free_taken: float = 1.0
     """A free lock with a live waiter is taken within this (docs/how-it-works.md)."""
+    probe_gap: float = 0.25
+    """Probe reads further apart than this do not make one free span."""
     settle: float = 2.0
     """After a server or network fault, free spans are not judged for this long."""
     client_settle: float = 3.5
@@ -339,9 +341,10 @@ def _orphan_stop(
     return max(stops), ((last,) if last else ())
 
 
-def _free_spans(samples: Sequence[Sample]) -> Iterable[tuple[str, float, float]]:
+def _free_spans(samples: Sequence[Sample], max_gap: float) -> Iterable[tuple[str, float, float]]:
     """``(lock, from, to)``: the probe saw the lock free at every sample from ``from`` to
-    ``to`` (the end of the first free read, the start of the last)."""
+    ``to`` (the end of the first free read, the start of the last), none more than
+    ``max_gap`` apart (a probe held up may have missed a hold)."""
     by_lock: dict[str, list[Sample]] = defaultdict(list)
     for sample in samples:
         by_lock[sample.lock].append(sample)
@@ -349,13 +352,13 @@ def _free_spans(samples: Sequence[Sample]) -> Iterable[tuple[str, float, float]]
         first: Sample | None = None
         last: Sample | None = None
         for sample in sorted(reads, key=lambda s: s.start):
-            if sample.holders == ():
+            if sample.holders == () and (last is None or sample.start - last.end <= max_gap):
                 first = first or sample
                 last = sample
                 continue
             if first is not None and last is not None:
                 yield lock, first.end, last.start
-            first = last = None
+            first = last = sample if sample.holders == () else None
         if first is not None and last is not None:
             yield lock, first.end, last.start
 
@@ -376,7 +379,7 @@ def _check_free_taken(
         and "group" not in op.extra
         and (op.blocking_timeout is None or op.blocking_timeout > 0)
     ]
-    for lock, free_from, free_to in _free_spans(samples):
+    for lock, free_from, free_to in _free_spans(samples, bounds.probe_gap):
         if free_to - free_from <= bounds.free_taken:
             continue
         for op in waiters:

@@ -608,9 +608,7 @@ def _how(api: _Api, error: BaseException) -> str:
     return api.interrupter.style
 
 
-async def _interruptible(
-    client: _Client, api: _Api, hold: Callable[[], Coroutine[Any, Any, None]]
-) -> None:
+async def _interruptible(api: _Api, hold: Callable[[], Coroutine[Any, Any, None]]) -> None:
     """Run one hold the way the caller's faults can interrupt it (see the module
     docstring); an interruption ends the hold, and the client goes on."""
     interrupter = api.interrupter
@@ -701,7 +699,7 @@ async def _run(spec: dict[str, Any]) -> None:
         until = float(await asyncio.to_thread(sys.stdin.readline))
         while time.monotonic() < until:
             take = choose()
-            await _interruptible(client, api, lambda take=take: _one_hold(client, api, take))
+            await _interruptible(api, lambda take=take: _one_hold(client, api, take))
             await asyncio.sleep(client.rng.uniform(*PAUSE_SECONDS))
 
 
