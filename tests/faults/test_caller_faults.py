@@ -46,7 +46,7 @@ CALLER_RUNS = [
     # A fair waiter cancelled in its first round trip must not keep its place in the
     # queue: the free lock goes to the next waiter.
     RunConfig(
-        "single", "fair-async", seed=2703, seconds=8, mean_gap=0.3, faults=("client-interrupt",)
+        "single", "fair-async", seed=2703, seconds=8, mean_gap=0.2, faults=("client-interrupt",)
     ),
     # A release refused by a busy or loading server must not be followed by renewals
     # (a lease long enough for renewals to succeed again after the fault).
