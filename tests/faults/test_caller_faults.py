@@ -1,10 +1,11 @@
 """Short seeded chaos runs with the caller's own faults (issue 27): client processes
 interrupted at random points (``KeyboardInterrupt`` from a signal handler; an
 ``asyncio.timeout``, a failing ``TaskGroup`` sibling, ``cancel()`` twice), servers
-answering ``BUSY`` and ``LOADING``, and live slot migrations (``ASK``, ``TRYAGAIN``) under
-traffic from both drivers. Judged by the checker and by the liveness invariants
-(``tests/support/liveness.py``): holds end within a lease of their owner letting go, a
-free lock is taken, and a slot migration raises nothing.
+answering ``BUSY`` and ``LOADING``, live slot migrations (``ASK``, ``TRYAGAIN``) under
+traffic from both drivers, and planned Sentinel failovers. Judged by the checker and by
+the liveness invariants (``tests/support/liveness.py``): holds end within a lease of
+their owner letting go, a free lock is taken, and a slot migration or a planned failover
+raises nothing.
 
 Fixed seeds: a run that fails prints its seed and the command that replays it (same
 schedule of faults and the same choices in each client; the interleaving differs). Each
@@ -59,6 +60,10 @@ CALLER_RUNS = [
         mean_gap=0.5,
         faults=("server-busy", "server-loading"),
     ),
+    # Planned Sentinel failovers: a request meeting the demoted primary on a connection
+    # still open to it (READONLY) is sent again to the new one; a waiting acquire raises
+    # nothing (it raised "The previous master is now a slave" within milliseconds).
+    RunConfig("sentinel", "mutex", seed=31, seconds=5, faults=("failover",)),
 ]
 
 
@@ -98,6 +103,9 @@ def _assert_faults_landed(result: RunResult, where: str) -> None:
             if op.outcome == "info" and ("BUSY" in op.detail or "loading" in op.detail)
         ]
         assert refused, f"no request refused BUSY or LOADING\n{where}"
+    if "failover" in kinds:
+        assert any(f.kind == "failover" for f in result.faults), f"no failover\n{where}"
+        assert result.liveness().ridden_out, f"no waiting acquire met a failover\n{where}"
     if "slot-migration" in kinds:
         migrations = [f.detail for f in result.faults if f.kind == "slot-migration"]
         assert migrations, f"no slot migration\n{where}"
