@@ -7,8 +7,8 @@ One rule makes every reply the answer to the request that asked for it: a connec
 goes back to its pool only once every reply to what was written on it has been read
 (error replies included); a timeout, a closed socket or an interruption disconnects it
 first. Nothing retries a request that may have reached Redis: only one that was refused
-before it ran (a cluster redirect, ``NOSCRIPT``, a connection that could not be opened)
-is sent again.
+before it ran (a cluster redirect, ``NOSCRIPT``, ``READONLY`` from a demoted Sentinel
+primary, a connection that could not be opened) is sent again.
 """
 
 from __future__ import annotations
