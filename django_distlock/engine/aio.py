@@ -104,9 +104,14 @@ class AsyncDriver:
                 routing.not_sent(failed)
                 server = await _aelsewhere(routes, key, server, failed.error)
                 continue
-            except (ConnectionError, OSError):
-                await _arefresh(routes)
-                raise
+            except (ConnectionError, OSError) as exc:
+                delay = routing.failed(exc)
+                if delay is None:
+                    await _arefresh(routes)
+                    raise
+                await routes.reset_idle()  # each idle connection still reaches the old primary
+                await asyncio.sleep(delay)
+                continue
             answer = routing.answer(replies, routes.is_cluster)
             if type(answer) is not Redirect:
                 return answer, server
@@ -270,7 +275,9 @@ class AsyncDriver:
             server = self._wait[0]
             try:
                 reply = read.result()
-            except ResponseError as exc:
+            except (ResponseError, ConnectionError) as exc:
+                if not (isinstance(exc, ResponseError) or interrupted(exc)):
+                    raise
                 keys = self._wait_keys
                 await self._finish_wait()
                 routes = await self.backend.aroutes()

@@ -89,9 +89,14 @@ class SyncDriver:
                 routing.not_sent(failed)
                 server = _elsewhere(routes, key, server, failed.error)
                 continue
-            except (ConnectionError, OSError):
-                _refresh(routes)
-                raise
+            except (ConnectionError, OSError) as exc:
+                delay = routing.failed(exc)
+                if delay is None:
+                    _refresh(routes)
+                    raise
+                routes.reset_idle()  # each idle connection still reaches the old primary
+                time.sleep(delay)
+                continue
             answer = routing.answer(replies, routes.is_cluster)
             if type(answer) is not Redirect:
                 return answer, server
@@ -225,7 +230,9 @@ class SyncDriver:
                 return Wake.TIMER
             try:
                 reply = connection.read_response()
-            except ResponseError as exc:
+            except (ResponseError, ConnectionError) as exc:
+                if not (isinstance(exc, ResponseError) or interrupted(exc)):
+                    raise
                 keys = self._wait_keys
                 self._finish_wait()
                 routes = self.backend.routes()

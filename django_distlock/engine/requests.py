@@ -7,8 +7,8 @@ One rule makes every reply the answer to the request that asked for it: a connec
 goes back to its pool only once every reply to what was written on it has been read
 (error replies included); a timeout, a closed socket or an interruption disconnects it
 first. Nothing retries a request that may have reached Redis: only one that was refused
-before it ran (a cluster redirect, ``NOSCRIPT``, a connection that could not be opened)
-is sent again.
+before it ran (a cluster redirect, ``NOSCRIPT``, ``READONLY`` from a demoted Sentinel
+primary, a connection that could not be opened) is sent again.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ from .ops import Call, Replicated
 
 __all__ = [
     "BACKEND_ERRORS",
+    "FAILOVER_BUDGET",
+    "FAILOVER_DELAY",
     "MAX_REDIRECTS",
     "TRYAGAIN_BUDGET",
     "TRYAGAIN_DELAY",
@@ -50,6 +52,7 @@ __all__ = [
     "asking_after",
     "by_server",
     "commands_for",
+    "demoted",
     "exchange",
     "failure",
     "interrupted",
@@ -83,6 +86,13 @@ progress) is sent again."""
 TRYAGAIN_BUDGET = 3.0
 """Seconds a request keeps being refused for a migration before it is given up: a slot's
 keys stay split between two nodes while a migration moves them."""
+FAILOVER_DELAY = 0.05
+"""Seconds between two tries of a request refused by a demoted primary (:func:`demoted`)
+after the first, sent again at once."""
+FAILOVER_BUDGET = 3.0
+"""Seconds a request refused by a demoted primary keeps being sent again: until the
+Sentinels name the new primary (they learn of a failover from each other within about
+2 s)."""
 
 
 def unavailable(name: str | None, exc: BaseException) -> LockBackendUnavailable:
@@ -281,6 +291,17 @@ class Routing:
             raise failed.error from failed
         self.redirects += 1
 
+    def failed(self, error: BaseException) -> float | None:
+        """Seconds to wait before sending the request again after its try raised
+        ``error``, or ``None`` to raise it. Only a try that a demoted primary refused
+        (:func:`demoted`: it never ran) is sent again: at once, then every
+        :data:`FAILOVER_DELAY` while the Sentinels still name that server, for up to
+        :data:`FAILOVER_BUDGET`."""
+        if not demoted(error) or time.monotonic() - self.started >= FAILOVER_BUDGET:
+            return None
+        self.redirects += 1
+        return 0.0 if self.redirects == 1 else FAILOVER_DELAY
+
     def answer(self, replies: list[Any], is_cluster: bool) -> Any:
         """The request's answer from the try's ``replies``, or a :class:`Redirect` to
         follow; a refusal that cannot be ridden out is raised."""
@@ -306,9 +327,21 @@ def woken_by(answer: Any) -> bool:
     return isinstance(answer, list | tuple) and answer[1] not in (b"c", "c")
 
 
+def demoted(error: BaseException) -> bool:
+    """True for a request refused by a primary that a failover made a replica, on a
+    connection that asks the Sentinels where the primary is when it connects again:
+    redis-py's Sentinel connections answer ``READONLY`` by disconnecting and raising
+    ``ConnectionError`` ("The previous master is now a slave") from the
+    ``ReadOnlyError``. The request did not run (a replica refuses every write, a script's
+    first one included), so it may be sent again."""
+    return isinstance(error, ConnectionError) and isinstance(error.__context__, ReadOnlyError)
+
+
 def interrupted(error: BaseException) -> bool:
     """True for a blocked command ended by the server changing role (``UNBLOCKED``: a
-    planned failover demoting the primary)."""
+    planned failover demoting the primary), or refused because it did (:func:`demoted`)."""
+    if demoted(error):
+        return True
     return isinstance(error, ResponseError) and str(error).startswith("UNBLOCKED")
 
 

@@ -161,6 +161,13 @@ class Server:
         if trim:  # a burst of waiters is over: do not keep a connection per past waiter
             waits.disconnect(inuse_connections=False)
 
+    def reset_idle(self) -> None:
+        """Have every idle connection of its pools reconnect (a Sentinel's primary
+        changed: each asks the Sentinels again on connect)."""
+        for pool in (self.requests, self._waits, self._bounded):
+            if pool is not None:
+                pool.disconnect(inuse_connections=False)
+
     def close(self) -> None:
         """Close the idle connections of the engine's pools (``requests`` is its
         client's)."""
@@ -228,6 +235,12 @@ class AsyncServer:
             self._peak = 0
             await waits.disconnect(inuse_connections=False)
 
+    async def reset_idle(self) -> None:
+        """Async twin of :meth:`Server.reset_idle`."""
+        for pool in (self.requests, self._waits):
+            if pool is not None:
+                await pool.disconnect(inuse_connections=False)
+
     async def aclose(self) -> None:
         """Close the wait pool, and the request pool when the engine made it."""
         if self._waits is not None:
@@ -284,8 +297,8 @@ class Routes:
         """Read again where keys live (after a server could not be reached)."""
 
     def reset_idle(self) -> None:
-        """Have the idle request connections reconnect (a Sentinel's primary changed)."""
-        self.server.requests.disconnect(inuse_connections=False)
+        """Have the idle connections reconnect (a Sentinel's primary changed)."""
+        self.server.reset_idle()
 
     def close(self) -> None:
         """Close what the engine opened itself."""
@@ -335,8 +348,8 @@ class AsyncRoutes:
         """Read again where keys live (after a server could not be reached)."""
 
     async def reset_idle(self) -> None:
-        """Have the idle request connections reconnect (a Sentinel's primary changed)."""
-        await self.server.requests.disconnect(inuse_connections=False)
+        """Have the idle connections reconnect (a Sentinel's primary changed)."""
+        await self.server.reset_idle()
 
     async def aclose(self) -> None:
         """Close what the engine opened on this loop."""

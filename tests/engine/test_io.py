@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import redis
-from redis.exceptions import AskError, MovedError, TryAgainError
+from redis.exceptions import AskError, ConnectionError, MovedError, ReadOnlyError, TryAgainError
 
 from django_distlock.engine import Backend, Lock, LockBackendError, LockBackendUnavailable, Tuning
 from django_distlock.engine.aio import AsyncDriver
@@ -18,6 +18,8 @@ from django_distlock.engine.cancellation import completed
 from django_distlock.engine.io import SyncDriver
 from django_distlock.engine.ops import AwaitWakeUp, Call, Pause, StartWait
 from django_distlock.engine.requests import (
+    FAILOVER_BUDGET,
+    FAILOVER_DELAY,
     MAX_REDIRECTS,
     TRYAGAIN_BUDGET,
     TRYAGAIN_DELAY,
@@ -88,6 +90,36 @@ def test_moved_still_stops_at_max_redirects():
 
 def test_a_single_server_follows_no_redirect():
     assert redirect_of(False, MovedError("1 127.0.0.1:7002"), 0, time.monotonic()) is None
+
+
+def _refused_by_a_demoted_primary() -> ConnectionError:
+    """What redis-py's Sentinel connection raises when the primary it reached answers
+    ``READONLY`` (``SentinelManagedConnection.read_response``)."""
+    try:
+        try:
+            raise ReadOnlyError("You can't write against a read only replica.")
+        except ReadOnlyError:
+            raise ConnectionError("The previous master is now a slave") from None
+    except ConnectionError as exc:
+        return exc
+
+
+def test_a_request_refused_by_a_demoted_primary_is_sent_again_within_the_failover_budget():
+    # It never ran: sent again at once (the connection asks the Sentinels on reconnect),
+    # then paced, and given up past the budget.
+    routing = Routing(("PTTL", "key"))
+    refused = _refused_by_a_demoted_primary()
+    assert routing.failed(refused) == 0.0
+    assert routing.failed(refused) == FAILOVER_DELAY
+    routing.started = time.monotonic() - FAILOVER_BUDGET
+    assert routing.failed(refused) is None
+
+
+def test_a_request_whose_connection_failed_is_not_sent_again():
+    # It may have run: only an acquire, by its token, may be tried again (the steps).
+    routing = Routing(("PTTL", "key"))
+    assert routing.failed(ConnectionError("Connection reset by peer")) is None
+    assert routing.failed(OSError("Broken pipe")) is None
 
 
 # -- scripts are loaded when the server does not know them ------------------------------

@@ -1,7 +1,12 @@
 """A planned Sentinel failover (``SENTINEL FAILOVER``) while waiters are blocked on a
 lock: the old primary, turned into a replica, answers every blocked ``BLPOP`` with
 ``-UNBLOCKED``. That is a topology change, not an error of the lock: the waiters must
-keep waiting (on the new primary) and get the lock when the holder releases it."""
+keep waiting (on the new primary) and get the lock when the holder releases it.
+
+Once demoted, the old primary answers ``READONLY`` to every write that reaches it on a
+connection still open to it (redis-py's Sentinel connections turn that into
+``ConnectionError: The previous master is now a slave``): a request refused so never ran,
+and is sent again to the primary the Sentinels name."""
 
 from __future__ import annotations
 
@@ -9,8 +14,10 @@ import asyncio
 import contextlib
 import threading
 import time
+from collections.abc import Coroutine
+from typing import Any
 
-from django_distlock.engine import Lock, LockBackendUnavailable
+from django_distlock.engine import Backend, Lock, LockBackendUnavailable
 from tests.support.engine import blocked_clients
 from tests.support.probe import SENTINEL, BackendMaker, Topology
 
@@ -18,6 +25,8 @@ NAME = "failing-over"
 LEASE = 10.0
 BLOCKING_TIMEOUT = 20.0
 HOLD_FOR = 0.2
+WARM_WAIT = 0.2
+AFTER_FAILOVER_TIMEOUT = 5.0
 
 
 async def test_waiters_blocked_across_a_planned_failover_get_the_lock_in_turn(private_sentinel):
@@ -101,6 +110,136 @@ async def test_waiters_blocked_across_a_planned_failover_get_the_lock_in_turn(pr
         seen["holder's failed releases"] = repr(holder.failed_releases)
         assert [outcomes[waiter][0] for waiter in ("sync", "async")] == [True, True], seen
         assert all(waited < BLOCKING_TIMEOUT for _, waited in outcomes.values()), seen
+    finally:
+        await maker.aclose()
+
+
+async def test_requests_on_connections_to_the_demoted_primary_ride_out_a_planned_failover(
+    private_sentinel,
+):
+    """Every pool of two backends holds idle connections to the primary (request and wait
+    connections, sync and async: each waited once for a held lock and timed out). After
+    ``SENTINEL FAILOVER`` has demoted that primary, with the lock still held:
+
+    - a non-waiting acquire of a free lock (sync and async) gets it;
+    - an acquire waiting with ``blocking_timeout=5`` (a sync thread, an async task) waits,
+      and gets the lock once the holder has released it;
+    - the holder's release (its request connection is idle too) succeeds at once.
+
+    None of them may raise. Before the fix each raised ``LockBackendUnavailable:
+    ConnectionError: The previous master is now a slave`` within milliseconds, at its
+    first write on an idle connection (a waiter at its first ``BLPOP``)."""
+    topology = Topology(SENTINEL, sentinel=private_sentinel)
+    maker = BackendMaker()
+    try:
+        holder = Holder(
+            Lock(NAME, backend=maker(topology), timeout=LEASE, auto_renew=False), retry_within=0
+        )
+        await asyncio.to_thread(holder.holding.wait, 10)
+        assert holder.error is None, holder.error
+        waiters_backend = maker(topology)
+        others_backend = maker(topology)
+
+        def sync_wait(backend: Backend) -> bool:
+            return Lock(NAME, backend=backend, timeout=LEASE).acquire(blocking_timeout=WARM_WAIT)
+
+        async def async_wait(backend: Backend) -> bool:
+            lock = Lock(NAME, backend=backend, timeout=LEASE)
+            return await lock.aacquire(blocking_timeout=WARM_WAIT)
+
+        for backend in (waiters_backend, others_backend):  # connections left idle
+            assert not await asyncio.to_thread(sync_wait, backend)
+            assert not await async_wait(backend)
+        await asyncio.to_thread(private_sentinel.wait_replica_in_sync)
+
+        await asyncio.to_thread(private_sentinel.failover)  # SENTINEL FAILOVER + demotion
+
+        outcomes: dict[str, tuple[object, float]] = {}
+
+        async def attempt(what: str, call: Coroutine[Any, Any, bool]) -> bool:
+            started = time.monotonic()
+            try:
+                got = await call
+            except Exception as exc:
+                outcomes[what] = (exc, time.monotonic() - started)
+                return False
+            outcomes[what] = (got, time.monotonic() - started)
+            return got
+
+        def sync_take(name: str) -> bool:
+            lock = Lock(name, backend=others_backend, timeout=LEASE)
+            got = lock.acquire(blocking=False)
+            if got:
+                lock.release()
+            return got
+
+        async def async_take(name: str) -> bool:
+            lock = Lock(name, backend=others_backend, timeout=LEASE)
+            got = await lock.aacquire(blocking=False)
+            if got:
+                await lock.arelease()
+            return got
+
+        # Free locks: the acquire script writes (a held lock is only read, and a replica
+        # answers that too).
+        await attempt("sync, not waiting", asyncio.to_thread(sync_take, f"{NAME}:sync"))
+        await attempt("async, not waiting", async_take(f"{NAME}:async"))
+
+        def sync_waiter() -> None:
+            lock = Lock(NAME, backend=waiters_backend, timeout=LEASE)
+            started = time.monotonic()
+            try:
+                got = lock.acquire(blocking_timeout=AFTER_FAILOVER_TIMEOUT)
+            except Exception as exc:
+                outcomes["sync, waiting"] = (exc, time.monotonic() - started)
+                return
+            outcomes["sync, waiting"] = (got, time.monotonic() - started)
+            if got:
+                time.sleep(HOLD_FOR)
+                lock.release()
+
+        async def async_waiter() -> None:
+            lock = Lock(NAME, backend=waiters_backend, timeout=LEASE)
+            waiting = lock.aacquire(blocking_timeout=AFTER_FAILOVER_TIMEOUT)
+            if await attempt("async, waiting", waiting):
+                await asyncio.sleep(HOLD_FOR)
+                await lock.arelease()
+
+        thread = threading.Thread(target=sync_waiter)
+        thread.start()
+        task = asyncio.create_task(async_waiter())
+        try:
+            probe = private_sentinel.primary.client()
+            try:
+                deadline = time.monotonic() + AFTER_FAILOVER_TIMEOUT
+                while blocked_clients(probe) < 2 and time.monotonic() < deadline:
+                    if "sync, waiting" in outcomes or "async, waiting" in outcomes:
+                        break  # one of them raised
+                    await asyncio.sleep(0.01)
+            finally:
+                probe.close()
+            holder.release.set()
+            await asyncio.to_thread(holder.thread.join, 15)
+            await asyncio.wait_for(task, AFTER_FAILOVER_TIMEOUT + 5)
+        finally:
+            holder.release.set()
+            await asyncio.to_thread(holder.thread.join, 15)
+            await asyncio.to_thread(thread.join, AFTER_FAILOVER_TIMEOUT + 5)
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        seen = {what: f"{got!r} after {waited:.3f}s" for what, (got, waited) in outcomes.items()}
+        seen["holder's failed releases"] = repr(holder.failed_releases)
+        assert holder.failed_releases == [], seen
+        assert holder.error is None, seen
+        assert {what: got for what, (got, _) in outcomes.items()} == {
+            "sync, not waiting": True,
+            "async, not waiting": True,
+            "sync, waiting": True,
+            "async, waiting": True,
+        }, seen
+        assert all(waited < AFTER_FAILOVER_TIMEOUT for _, waited in outcomes.values()), seen
     finally:
         await maker.aclose()
 

@@ -8,7 +8,19 @@ each kind does to a topology is in :mod:`.sites`; the client faults are here:
 
 - ``client-pause``: SIGSTOP a client process, SIGCONT it after the duration (a GC pause;
   durations go past the lease, so its lock may be taken meanwhile);
-- ``client-kill``: SIGKILL a client process (the runner starts a new one in its place).
+- ``client-kill``: SIGKILL a client process (the runner starts a new one in its place);
+- ``client-interrupt`` (the caller's own fault, :data:`CALLER_FAULTS`): SIGUSR1 to a
+  client process, whose next lock call is interrupted at a random point of its own
+  choosing (``tests/support/chaos/workloads.py``): a sync client gets a
+  ``KeyboardInterrupt`` raised from a signal handler at whatever bytecode it is in; an
+  async client's hold is cancelled by an ``asyncio.timeout`` expiring, a failing
+  ``TaskGroup`` sibling or ``cancel()`` twice. The client records the interruption and
+  carries on with its next hold.
+
+The caller's faults, and the sites' transient server errors (``server-busy``,
+``server-loading``: :data:`~.sites.TRANSIENT_FAULTS`), are drawn only when a run asks
+for them (``fault_kinds(site, caller=True)``), so that the schedules of the older seeds
+stay what they were.
 
 Every fault is healed when it ends, and :meth:`Nemesis.stop` heals whatever is still
 injected before it returns.
@@ -26,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 __all__ = [
+    "CALLER_FAULTS",
     "CLIENT_FAULTS",
     "DURATIONS",
     "Clients",
@@ -54,8 +67,14 @@ DURATIONS: dict[str, tuple[float, float]] = {
     "failover": (0.0, 0.0),
     "primary-crash": (0.0, 0.0),
     "slot-migration": (0.5, 1.5),
+    "client-interrupt": (0.0, 0.0),
+    # Under Sentinel's and Cluster's failure detection (1 s), lest a busy server look dead.
+    "server-busy": (0.3, 0.9),
+    "server-loading": (0.3, 1.0),
 }
 CLIENT_FAULTS = ("client-pause", "client-kill")
+CALLER_FAULTS = ("client-interrupt",)
+_PROCESS_FAULTS = (*CLIENT_FAULTS, *CALLER_FAULTS)
 
 
 @dataclass(frozen=True)
@@ -103,11 +122,16 @@ class Clients(Protocol):
         """SIGKILL client ``name`` and start another in its place."""
         ...
 
+    def interrupt(self, name: str) -> None:
+        """Signal client ``name`` to interrupt its next lock call (SIGUSR1)."""
+        ...
+
 
 class Site(Protocol):
     """A running topology, as the nemesis acts on it (see :mod:`.sites`)."""
 
     fault_kinds: Sequence[str]
+    transient_kinds: Sequence[str]
 
     def inject(self, kind: str, duration: float, rng: random.Random) -> tuple[str, str]:
         """Inject a fault of ``kind`` for ``duration`` seconds and heal it; returns
@@ -179,7 +203,7 @@ class Nemesis:
 
     def _inject(self, planned: Planned) -> tuple[str, str]:
         rng = random.Random(planned.seed)
-        if planned.kind not in CLIENT_FAULTS:
+        if planned.kind not in _PROCESS_FAULTS:
             return self.site.inject(planned.kind, planned.duration, rng)
         live = sorted(self.clients.live())
         if not live:
@@ -188,6 +212,9 @@ class Nemesis:
         if planned.kind == "client-kill":
             self.clients.kill(name)
             return name, ""
+        if planned.kind == "client-interrupt":
+            self.clients.interrupt(name)
+            return name, "SIGUSR1"
         self._paused = name
         self.clients.pause(name)
         self._stop.wait(planned.duration)
@@ -202,6 +229,10 @@ class Nemesis:
         self.site.heal()
 
 
-def fault_kinds(site: Site) -> list[str]:
-    """Every fault kind the nemesis can inject on ``site``."""
-    return [*CLIENT_FAULTS, *site.fault_kinds]
+def fault_kinds(site: Site, *, caller: bool = False) -> list[str]:
+    """Every fault kind the nemesis can inject on ``site``; with ``caller``, the caller's
+    own faults and the transient server errors too."""
+    kinds = [*CLIENT_FAULTS, *site.fault_kinds]
+    if caller:
+        kinds += [*CALLER_FAULTS, *site.transient_kinds]
+    return kinds

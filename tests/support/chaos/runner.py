@@ -12,8 +12,13 @@ pairs; a client the nemesis
 SIGKILLed gets a ``lost`` record (detail ``"killed"``, ``extra["killed"] = True``) for the
 hold it had open; each register's value at the end is a ``read`` by client ``final``.
 
+A probe (:class:`tests.support.liveness.Probe`) reads the holders of every lock from
+Redis every 50 ms while the clients run; :meth:`RunResult.liveness` judges those reads
+and the history against the liveness invariants (:mod:`tests.support.liveness`), and
+:meth:`RunResult.findings` merges both reports.
+
 ``python -m tests.support.chaos.runner --topology T --kind K --seed S --seconds N
-[--unfenced]`` replays a run (:func:`replay_command` prints that line).
+[--unfenced] [--caller-faults]`` replays a run (:func:`replay_command` prints that line).
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from tests.support.chaos.sites import SITES, ChaosSite
 from tests.support.chaos.workloads import client_spec, register_names
 from tests.support.checker import Report, check
 from tests.support.history import PENDING, Operation, read_history, write_history
+from tests.support.liveness import Bounds, LivenessReport, Probe, Sample, check_liveness
 
 __all__ = ["RunConfig", "RunResult", "replay_command", "run"]
 
@@ -61,6 +67,9 @@ class RunConfig:
     mean_gap: float = 1.0
     faults: tuple[str, ...] | None = None
     """Fault kinds to draw from (default: every kind the topology has)."""
+    caller_faults: bool = False
+    """Draw the caller's own faults and the transient server errors too (default
+    kinds only; see :func:`~tests.support.chaos.nemesis.fault_kinds`)."""
 
     @property
     def wait_bound(self) -> float:
@@ -79,6 +88,12 @@ class RunResult:
     final: dict[str, int]
     directory: Path
     errors: list[str] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    """What the liveness probe read from Redis."""
+    pids: dict[int, str] = field(default_factory=dict)
+    """The client of each process pid."""
+    killed: dict[str, float] = field(default_factory=dict)
+    paused: dict[str, list[tuple[float, float]]] = field(default_factory=dict)
 
     def replay(self) -> str:
         """The command that replays this run."""
@@ -92,6 +107,26 @@ class RunResult:
     def check(self) -> Report:
         """The checker's report on this run's history."""
         return check(self.history, wait_bound=self.config.wait_bound, data_loss=self.data_loss())
+
+    def liveness(self) -> LivenessReport:
+        """The liveness report on this run (:mod:`tests.support.liveness`)."""
+        return check_liveness(
+            self.history,
+            self.samples,
+            self.faults,
+            bounds=Bounds(lease=self.config.lease),
+            topology=self.config.topology,
+            pids=self.pids,
+            killed=self.killed,
+            paused=self.paused,
+        )
+
+    def findings(self) -> list[str]:
+        """Every violation of both reports (the checker's, then the liveness one's), as
+        ``"type: message"`` lines."""
+        return [f"{v.type}: {v.message}" for v in self.check().violations] + [
+            f"{v.type}: {v.message}" for v in self.liveness().violations
+        ]
 
 
 DATA_LOSS_FAULTS = frozenset({"failover", "primary-crash", "server-restart"})
@@ -120,6 +155,8 @@ def replay_command(config: RunConfig) -> str:
         command.append("--unfenced")
     if config.faults is not None:
         command += ["--faults", ",".join(config.faults)]
+    if config.caller_faults:
+        command.append("--caller-faults")
     return shlex.join(command)
 
 
@@ -135,6 +172,7 @@ class _ClientPool:
         self.processes: dict[str, subprocess.Popen[str]] = {}
         self.killed: dict[str, float] = {}
         self.paused: dict[str, list[tuple[float, float]]] = {}
+        self.pids: dict[int, str] = {}
         self._stopped_at: dict[str, float] = {}
         self._guard = threading.Lock()
         self._serial = 0
@@ -165,6 +203,7 @@ class _ClientPool:
             )
         with self._guard:
             self.processes[name] = process
+            self.pids[process.pid] = name
         return process
 
     def wait_ready(self, process: subprocess.Popen[str]) -> None:
@@ -192,6 +231,9 @@ class _ClientPool:
         began = self._stopped_at.pop(name, None)
         if began is not None:
             self.paused.setdefault(name, []).append((began, time.monotonic()))
+
+    def interrupt(self, name: str) -> None:
+        self.processes[name].send_signal(signal.SIGUSR1)
 
     def kill(self, name: str) -> None:
         process = self.processes[name]
@@ -241,11 +283,16 @@ def run(config: RunConfig, directory: Path | None = None) -> RunResult:
     directory = directory or Path(tempfile.mkdtemp(prefix="distlock-chaos-"))
     names = register_names(config.kind)
     site = SITES[config.topology](names)
-    kinds = list(config.faults) if config.faults is not None else fault_kinds(site)
+    kinds = (
+        list(config.faults)
+        if config.faults is not None
+        else fault_kinds(site, caller=config.caller_faults)
+    )
     plan = schedule(config.seed, kinds, config.seconds, mean_gap=config.mean_gap)
     database = directory / "registers.sqlite3"
     pool = _ClientPool(config, site, directory)
     nemesis: Nemesis | None = None
+    probe: Probe | None = None
     errors: list[str] = []
     site.start()
     try:
@@ -264,6 +311,7 @@ def run(config: RunConfig, directory: Path | None = None) -> RunResult:
         pool.until = time.monotonic() + config.seconds
         for process in processes:
             pool.go(process)
+        probe = Probe(site.lock_holders, names).start()
         nemesis = Nemesis(plan, site, pool)
         nemesis.start()
         time.sleep(max(0.0, pool.until - time.monotonic()))
@@ -273,6 +321,8 @@ def run(config: RunConfig, directory: Path | None = None) -> RunResult:
     finally:
         if nemesis is not None:
             nemesis.stop()
+        if probe is not None:
+            probe.stop()
         pool.close()
         site.stop()
     final = final_values(database)
@@ -280,7 +330,20 @@ def run(config: RunConfig, directory: Path | None = None) -> RunResult:
     write_history(directory / "merged.history", history)  # what the checker judged
     faults = nemesis.faults if nemesis is not None else []
     (directory / "faults.json").write_text(json.dumps([fault.to_dict() for fault in faults]))
-    return RunResult(config, history, nemesis.faults, final, directory, errors)
+    samples = probe.samples if probe is not None else []
+    (directory / "samples.json").write_text(json.dumps([dataclasses.asdict(s) for s in samples]))
+    return RunResult(
+        config,
+        history,
+        faults,
+        final,
+        directory,
+        errors,
+        samples=samples,
+        pids=dict(pool.pids),
+        killed=dict(pool.killed),
+        paused={name: list(pauses) for name, pauses in pool.paused.items()},
+    )
 
 
 def _merge(history: list[Operation], pool: _ClientPool, final: dict[str, int]) -> list[Operation]:
@@ -370,6 +433,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--unfenced", action="store_true")
     parser.add_argument("--faults", help="comma-separated fault kinds (default: all)")
+    parser.add_argument("--caller-faults", action="store_true", help="draw the caller's faults too")
     options = parser.parse_args(argv)
     config = RunConfig(
         topology=options.topology,
@@ -379,6 +443,7 @@ def main(argv: list[str] | None = None) -> None:
         clients=options.clients,
         fenced=not options.unfenced,
         faults=tuple(options.faults.split(",")) if options.faults else None,
+        caller_faults=options.caller_faults,
     )
     result = run(config)
     for fault in result.faults:
@@ -388,6 +453,8 @@ def main(argv: list[str] | None = None) -> None:
         key = f"{operation.kind} {operation.outcome}"
         counts[key] = counts.get(key, 0) + 1
     print(json.dumps({"operations": counts, "final": result.final, "errors": result.errors}))
+    for finding in result.findings():
+        print(finding)
     print(f"history: {result.directory}")
 
 

@@ -8,12 +8,22 @@ chosen by the nemesis' seeded schedule):
 
 - ``single``: one server behind a :class:`~tests.support.proxy.TcpProxy`; server-pause,
   server-restart, proxy-delay/stall/cut/lose-reply, client-kill-connections, maxmemory;
+  and the transient errors (:data:`TRANSIENT_FAULTS`, drawn only when a run asks for
+  the caller's faults): server-busy, server-loading;
 - ``replicated``: a primary (behind a proxy) and 2 replicas, locks with
   ``min_replicas=1``; the faults of ``single``, replica-pause, replica-kill;
 - ``sentinel``: a primary, a replica, 3 Sentinels; server-pause, replica-pause, failover,
   client-kill-connections, maxmemory;
 - ``cluster``: 3 primaries with a replica each; server-pause, replica-pause, failover,
   primary-crash, slot-migration, client-kill-connections, maxmemory.
+
+``server-busy`` runs a Lua script that spins for the fault's duration: past
+``busy-reply-threshold`` (set to 50 ms) every other request is answered ``BUSY``.
+``server-loading`` reloads the server's data (``DEBUG RELOAD``, a save and a load) with
+``key-load-delay`` stretching the load of its ballast keys (written once, outside the
+lock keys) over the fault's duration: requests meanwhile are answered ``LOADING``, and
+nothing is lost. Neither is injected on Sentinel or Cluster, whose failure detectors
+(1 s) would take a busy node for a dead one.
 
 ``server-restart`` empties the server (data lives in memory only): the locks it held
 vanish, so a double holder until the old holder learns of it is expected (fences keep
@@ -25,10 +35,13 @@ restarts it as a replica (writes not yet replicated are lost).
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+from redis.cluster import RedisCluster
 from redis.crc import key_slot
 
 from django_distlock.engine import LockKeys
@@ -38,13 +51,37 @@ from tests.support.redis_servers import RedisServer
 from tests.support.servers import HOST
 from tests.support.topologies import ClusterSetup, ReplicatedSetup, SentinelSetup
 
-__all__ = ["SITES", "ChaosSite", "ClusterSite", "ReplicatedSite", "SentinelSite", "SingleSite"]
+__all__ = [
+    "SITES",
+    "TRANSIENT_FAULTS",
+    "ChaosSite",
+    "ClusterSite",
+    "ReplicatedSite",
+    "SentinelSite",
+    "SingleSite",
+]
 
 PREFIX = "distlock:"  # the Backend's default key prefix: the only keys a run touches
 _TIMEOUT = 0.5
 # With noeviction (the default policy) every write is refused with OOM while the limit
 # is below what the server uses.
 _PRESSURE_BYTES = 1
+TRANSIENT_FAULTS = ("server-busy", "server-loading")
+"""Faults a server answers with a transient error (``BUSY``, ``LOADING``) while it lasts."""
+# Busy and loading servers answer at once past these: a request is refused, not delayed.
+_BUSY_THRESHOLD_MS = 50
+_SPIN = """
+local now = redis.call('TIME')
+local stop = now[1] * 1000000 + now[2] + tonumber(ARGV[1])
+repeat now = redis.call('TIME') until now[1] * 1000000 + now[2] >= stop
+return 1
+"""
+_BALLAST_KEYS = 1000
+_BALLAST_PREFIX = "chaos-ballast:"  # read by nobody; never a lock's key
+# A loading server answers requests between chunks of this many bytes of its data.
+_LOADING_CHUNK_BYTES = 1024
+# Servers that take DEBUG (server-loading), from the loopback only.
+DEBUG_ARGS = ("--enable-debug-command", "local")
 
 
 def _ask(server: RedisServer, *command: Any) -> Any:
@@ -58,12 +95,15 @@ class ChaosSite:
 
     name = ""
     fault_kinds: Sequence[str] = ()
+    transient_kinds: Sequence[str] = ()
+    """Transient-error faults, drawn only in runs with the caller's faults."""
     min_replicas = 0
 
     def __init__(self, lock_names: Sequence[str]) -> None:
         self.lock_names = list(lock_names)
         self._paused: list[RedisServer] = []
         self._squeezed: list[RedisServer] = []
+        self._readers: dict[int, Any] = {}
 
     @property
     def target(self) -> dict[str, Any]:
@@ -79,6 +119,8 @@ class ChaosSite:
         try:
             self.heal()
         finally:
+            for reader in self._readers.values():
+                reader.close()
             self._close()
 
     def _close(self) -> None:
@@ -97,10 +139,21 @@ class ChaosSite:
         """The primary holding lock ``name``."""
         return self.primaries()[0]
 
+    def lock_holders(self, name: str) -> list[tuple[str, int | None]]:
+        """Who holds lock ``name`` now, read from the server that serves it with a plain
+        client (no proxy): ``(token, pid of its owner)`` per live holder (for the
+        liveness probe). Raises when the server cannot be read."""
+        server = self.primary_for(name)
+        client = self._readers.get(server.port)
+        if client is None:
+            client = server.client(socket_timeout=_TIMEOUT, socket_connect_timeout=_TIMEOUT)
+            self._readers[server.port] = client
+        return _holders(client, name)
+
     def inject(self, kind: str, duration: float, rng: random.Random) -> tuple[str, str]:
         """Inject a fault of ``kind`` lasting ``duration`` seconds, heal it; returns
         ``(target, detail)``."""
-        if kind not in self.fault_kinds:
+        if kind not in (*self.fault_kinds, *self.transient_kinds):
             raise ValueError(f"{self.name} has no fault {kind!r}")
         method = getattr(self, "_" + kind.replace("-", "_"))
         result: tuple[str, str] = method(duration, rng)
@@ -136,6 +189,34 @@ class ChaosSite:
         for primary in self.primaries():
             killed += _ask(primary, "CLIENT", "KILL", "TYPE", "normal")
         return "primaries", f"{killed} connections"
+
+    def _server_busy(self, duration: float, rng: random.Random) -> tuple[str, str]:
+        server = self.primary_for(rng.choice(self.lock_names))
+        _ask(server, "CONFIG", "SET", "busy-reply-threshold", _BUSY_THRESHOLD_MS)
+        with server.client(socket_timeout=duration + 5.0) as client:
+            client.eval(_SPIN, 0, int(duration * 1_000_000))
+        return f"port {server.port}", f"script busy {duration:.2f} s (BUSY)"
+
+    def _server_loading(self, duration: float, rng: random.Random) -> tuple[str, str]:
+        server = self.primary_for(rng.choice(self.lock_names))
+        with server.client(socket_timeout=duration + 10.0) as client:
+            if not client.exists(f"{_BALLAST_PREFIX}0"):
+                pipe = client.pipeline(transaction=False)
+                for index in range(_BALLAST_KEYS):
+                    pipe.set(f"{_BALLAST_PREFIX}{index}", "x")
+                pipe.execute()
+            client.config_set("loading-process-events-interval-bytes", _LOADING_CHUNK_BYTES)
+            client.config_set("key-load-delay", int(duration * 1_000_000 / _BALLAST_KEYS))
+            began = time.monotonic()
+            try:
+                client.execute_command("DEBUG", "RELOAD")
+            finally:
+                client.config_set("key-load-delay", 0)
+                # The server restarts empty after this (server-restart): drop the save.
+                folder = client.config_get("dir")["dir"]
+                Path(folder, client.config_get("dbfilename")["dbfilename"]).unlink(missing_ok=True)
+        loaded = time.monotonic() - began
+        return f"port {server.port}", f"DEBUG RELOAD, loading {loaded:.2f} s (LOADING)"
 
     def _maxmemory(self, duration: float, rng: random.Random) -> tuple[str, str]:
         server = self.primary_for(rng.choice(self.lock_names))
@@ -195,6 +276,7 @@ class SingleSite(_Proxied):
     """One server behind a proxy."""
 
     name = "single"
+    transient_kinds = TRANSIENT_FAULTS
     fault_kinds = (
         "server-pause",
         "server-restart",
@@ -207,7 +289,7 @@ class SingleSite(_Proxied):
     )
 
     def start(self) -> SingleSite:
-        self.server = RedisServer().start()
+        self.server = RedisServer(DEBUG_ARGS).start()
         self.proxy = TcpProxy(HOST, self.server.port)
         return self
 
@@ -224,10 +306,11 @@ class ReplicatedSite(_Proxied):
 
     name = "replicated"
     min_replicas = 1
+    transient_kinds = TRANSIENT_FAULTS
     fault_kinds = (*SingleSite.fault_kinds, "replica-pause", "replica-kill")
 
     def start(self) -> ReplicatedSite:
-        self.setup = ReplicatedSetup(replicas=2).start()
+        self.setup = ReplicatedSetup(replicas=2, extra_args=DEBUG_ARGS).start()
         self.proxy = TcpProxy(HOST, self.setup.primary.port)
         return self
 
@@ -303,11 +386,15 @@ class ClusterSite(ChaosSite):
         "maxmemory",
     )
 
+    _cluster_reader: RedisCluster | None = None
+
     def start(self) -> ClusterSite:
         self.setup = ClusterSetup().start()
         return self
 
     def _close(self) -> None:
+        if self._cluster_reader is not None:
+            self._cluster_reader.close()
         self.setup.stop()
 
     @property
@@ -322,6 +409,15 @@ class ClusterSite(ChaosSite):
 
     def primary_for(self, name: str) -> RedisServer:
         return self.setup.primary_for_slot(_slot(name))
+
+    def lock_holders(self, name: str) -> list[tuple[str, int | None]]:
+        # A cluster client follows MOVED and ASK by itself: the probe reads through
+        # slot migrations and failovers.
+        if self._cluster_reader is None:
+            self._cluster_reader = RedisCluster.from_url(
+                self.setup.urls[0], socket_timeout=_TIMEOUT, socket_connect_timeout=_TIMEOUT
+            )
+        return _holders(self._cluster_reader, name)
 
     def _failover(self, duration: float, rng: random.Random) -> tuple[str, str]:
         old = self.primary_for(rng.choice(self.lock_names))
@@ -350,8 +446,52 @@ class ClusterSite(ChaosSite):
             migration.move_keys(keys[: len(keys) // 2])
             time.sleep(duration / 2)
 
+        before = self._redirects()
         self.setup.migrate_slot(slot, target, on_migrating=while_migrating)
-        return f"slot {slot}", f"port {source.port} -> {target.port}"
+        after = self._redirects()
+        replies = ", ".join(f"{after[kind] - before[kind]} {kind}" for kind in _REDIRECTS)
+        return f"slot {slot}", f"port {source.port} -> {target.port}; replied {replies}"
+
+    def _redirects(self) -> dict[str, int]:
+        """How many ``ASK``, ``TRYAGAIN`` and ``MOVED`` replies the primaries gave."""
+        counts = dict.fromkeys(_REDIRECTS, 0)
+        for node in self.setup.primaries:
+            stats = _ask(node, "INFO", "errorstats")
+            for kind in _REDIRECTS:
+                counts[kind] += int(stats.get(f"errorstat_{kind}", {}).get("count", 0))
+        return counts
+
+
+def _holders(client: Any, name: str) -> list[tuple[str, int | None]]:
+    """The live holders of ``name`` as ``client`` (a plain ``Redis`` or ``RedisCluster``)
+    reads them: the token and owner of an exclusive hold (a string key), or of each
+    unexpired member of a shared or limited one (a sorted set scored by lease end, ms)."""
+    keys = LockKeys.for_name(PREFIX, name)
+    kind = client.type(keys.lock)
+    if kind == b"string":
+        value = client.get(keys.lock)
+        if value is None:
+            return []
+        token = value.split(b"\n", 1)[0].decode()
+        return [(token, _pid(value))]
+    if kind != b"zset":
+        return []
+    seconds, micros = client.time()
+    now_ms = seconds * 1000 + micros // 1000
+    tokens = client.zrangebyscore(keys.lock, now_ms, "+inf")
+    owners = client.hmget(keys.holders, tokens) if tokens else []
+    return [(token.decode(), _pid(owner)) for token, owner in zip(tokens, owners, strict=True)]
+
+
+def _pid(value: bytes | None) -> int | None:
+    found = _PID.search(value or b"")
+    return int(found.group(1)) if found else None
+
+
+_PID = re.compile(rb'"pid":\s*(\d+)')
+
+
+_REDIRECTS = ("ASK", "TRYAGAIN", "MOVED")
 
 
 def _slot(name: str) -> int:
