@@ -25,6 +25,7 @@ from .exceptions import (
 from .forcing import force_release
 from .hold import LostCause
 from .keys import (
+    AUTO_REPLICAS,
     MAX_CONTEXT_LENGTH,
     MAX_NAME_LENGTH,
     MAX_SECONDS,
@@ -42,10 +43,12 @@ from .modes import EXCLUSIVE, LIMITED, MODES, SHARED
 from .process import forget_after_fork
 from .recheck import check_holds_now
 from .records import LockRecord
+from .replication import connected_replicas
 from .templates import NameTemplate, TemplateError
 from .tuning import Tuning
 
 __all__ = [
+    "AUTO_REPLICAS",
     "EXCLUSIVE",
     "LIMITED",
     "MAX_CONTEXT_LENGTH",
@@ -79,6 +82,7 @@ __all__ = [
     "Tuning",
     "check_holds_now",
     "clean_label",
+    "connected_replicas",
     "current_holder",
     "force_release",
     "forget_after_fork",

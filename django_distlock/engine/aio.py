@@ -15,6 +15,7 @@ from redis.exceptions import AskError, ConnectionError, NoScriptError, ResponseE
 from .cancellation import cancellations, completed, keep_cancellation
 from .io import END_WAIT_REPLY_TIMEOUT
 from .ops import AwaitWakeUp, Call, CallEndingWait, Op, Pause, StartWait, Wake
+from .replication import resolved, wants_reading
 from .requests import (
     BACKEND_ERRORS,
     NotSent,
@@ -98,6 +99,7 @@ class AsyncDriver:
         routing = Routing(request)
         while True:
             try:
+                routing.request = await self._replicas_on(server, request)
                 replies = await server.request(routing.commands())
             except NotSent as failed:
                 routing.not_sent(failed)
@@ -113,6 +115,16 @@ class AsyncDriver:
                 server = await routes.redirected(key, server, answer.error, answer.kind)
             if answer.delay:
                 await asyncio.sleep(answer.delay)
+
+    async def _replicas_on(self, server: AsyncServer, request: Request) -> Request:
+        """Async twin of :meth:`SyncDriver._replicas_on`."""
+        if not wants_reading(request):
+            return request
+        assert isinstance(request, Call)
+        counts = self.backend.replica_counts
+        if counts.due(server.name):
+            counts.learn(server.name, (await server.request([("ROLE",)]))[0])
+        return resolved(request, counts.required(server.name))
 
     # -- pipelines ----------------------------------------------------------------------
 

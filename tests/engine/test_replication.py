@@ -1,0 +1,171 @@
+"""``min_replicas="auto"``: what it knows of each primary's replicas (``ReplicaCounts``,
+no I/O), and on the suite's real topologies: a ``WAIT`` for one replica where the lock's
+primary has one (Sentinel, every Cluster shard), none on a server without replicas."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+import redis
+
+from django_distlock.engine import AUTO_REPLICAS, Backend, Lock, LockNotReplicated, Tuning
+from django_distlock.engine.replication import ReplicaCounts, connected_replicas
+from tests.support.engine import primaries_of
+from tests.support.topologies import ReplicatedSetup
+
+PRIMARY_WITH_ONE = [b"master", 3058, [[b"127.0.0.1", b"34723", b"2905"]]]
+PRIMARY_WITH_NONE = [b"master", 0, []]
+REPLICA = [b"slave", b"127.0.0.1", 6379, b"connected", 3058]
+
+
+# -- what "auto" knows, without I/O -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("role", "count"),
+    [
+        (PRIMARY_WITH_ONE, 1),
+        ([b"master", 10, [[b"h", b"1", b"9"], [b"h", b"2", b"8"]]], 2),
+        (PRIMARY_WITH_NONE, 0),
+        (["master", 0, []], 0),  # decoded replies
+        (REPLICA, 0),
+        (redis.ResponseError("NOPERM this user has no permissions to run 'role'"), None),
+        ([], None),
+    ],
+)
+def test_connected_replicas_reads_a_role_reply(role, count):
+    assert connected_replicas(role) == count
+
+
+def test_a_server_is_read_when_first_used_then_at_most_every_replica_check():
+    counts = ReplicaCounts(Tuning(replica_check=1.0))
+    assert counts.due("a", now=100.0)
+    assert not counts.due("a", now=100.0)  # claimed: concurrent acquires do not all read
+    assert not counts.due("a", now=100.9)
+    assert counts.due("a", now=101.0)
+    assert counts.due("b", now=101.0)  # each server on its own
+
+
+def test_auto_waits_for_one_replica_where_the_primary_reported_one():
+    counts = ReplicaCounts(Tuning())
+    assert counts.required("a", now=0.0) == 0  # never read
+    counts.learn("a", PRIMARY_WITH_NONE, now=0.0)
+    assert counts.required("a", now=0.0) == 0
+    counts.learn("a", PRIMARY_WITH_ONE, now=1.0)
+    assert counts.required("a", now=1.0) == 1
+    counts.learn("a", [b"master", 10, [[b"h", b"1", b"9"], [b"h", b"2", b"8"]]], now=2.0)
+    assert counts.required("a", now=2.0) == 1  # one, whatever the count
+    assert counts.required("b", now=2.0) == 0
+
+
+def test_a_primary_that_lost_its_replica_is_waited_on_for_the_grace():
+    """A planned failover promotes the replica first (the old primary lists none) and
+    demotes the old primary later: until then, what it grants is what a failover loses."""
+    counts = ReplicaCounts(Tuning(replica_grace=5.0))
+    counts.learn("a", PRIMARY_WITH_ONE, now=10.0)
+    counts.learn("a", PRIMARY_WITH_NONE, now=11.0)
+    assert counts.required("a", now=11.0) == 1
+    assert counts.required("a", now=14.9) == 1
+    assert counts.required("a", now=15.0) == 0  # the replica is gone for good: stop waiting
+    counts.learn("a", REPLICA, now=16.0)  # demoted: nothing to wait for on it
+    assert counts.required("a", now=16.0) == 0
+
+
+def test_a_server_refusing_role_waits_for_none_and_says_so_once(caplog):
+    counts = ReplicaCounts(Tuning())
+    refused = redis.ResponseError("unknown command 'ROLE'")
+    with caplog.at_level(logging.WARNING, logger="django_distlock"):
+        counts.learn("a", refused, now=0.0)
+        counts.learn("a", refused, now=5.0)
+    assert counts.required("a", now=5.0) == 0
+    [record] = caplog.records
+    assert "did not answer ROLE" in record.getMessage()
+    assert "set MIN_REPLICAS to a number" in record.getMessage()
+
+
+# -- on real servers --------------------------------------------------------------------
+
+
+def _waits(client: redis.Redis) -> int:
+    """``WAIT`` commands run so far on every primary (``INFO commandstats``)."""
+    stats = (primary.info("commandstats") for primary in primaries_of(client))
+    return sum(entry.get("cmdstat_wait", {}).get("calls", 0) for entry in stats)
+
+
+async def _load_scripts(api, backend: Backend, names: list[str]) -> None:
+    """Run the scripts once on every node (a first ``EVALSHA`` refused with ``NOSCRIPT``
+    is sent again, ``WAIT`` included)."""
+    for name in names:
+        lock = Lock(name, backend=backend, auto_renew=False, min_replicas=0)
+        assert await api.acquire(lock)
+        await api.release(lock)
+
+
+async def test_auto_waits_where_the_primary_has_a_replica_and_not_where_it_has_none(
+    api, topology, make_backend, redis_client
+):
+    """The suite's single server has no replica: no ``WAIT``. Its Sentinel primary and
+    each Cluster primary have one: every acquire waits for it."""
+    backend = make_backend(min_replicas=AUTO_REPLICAS)
+    names = [f"auto:{n}" for n in range(12)]  # spread over every shard of the cluster
+    await _load_scripts(api, backend, names)
+    before = _waits(redis_client)
+    for name in names:
+        lock = Lock(name, backend=backend, auto_renew=False)
+        assert await api.acquire(lock)
+        await api.release(lock)
+    waits = _waits(redis_client) - before
+    assert waits == (0 if topology.name == "single" else len(names))
+
+
+async def test_an_explicit_count_overrides_auto_per_lock(api, topology, make_backend, redis_client):
+    backend = make_backend(min_replicas=AUTO_REPLICAS)
+    await _load_scripts(api, backend, ["auto:off"])
+    before = _waits(redis_client)
+    lock = Lock("auto:off", backend=backend, auto_renew=False, min_replicas=0)
+    assert await api.acquire(lock)
+    await api.release(lock)
+    assert _waits(redis_client) == before
+
+
+async def test_auto_refuses_what_no_replica_acknowledged_then_stops_waiting_for_a_gone_one(
+    api, redis_server_factory
+):
+    """Replicas paused: "auto" waits for one, none acknowledges, the acquire is given
+    back (``LockNotReplicated``). The replica killed: after the grace, "auto" reads the
+    primary alone and takes locks without waiting."""
+    tuning = Tuning(replica_check=0.05, replica_grace=2.0)
+    with ReplicatedSetup(replicas=1) as setup:
+        client = setup.client()
+        backend = Backend(
+            client,
+            async_client=lambda: redis.asyncio.Redis.from_url(setup.primary.url),
+            min_replicas=AUTO_REPLICAS,
+            tuning=tuning,
+        )
+        try:
+            lock = Lock("auto:paused", backend=backend, auto_renew=False)
+            assert await api.acquire(lock)
+            await api.release(lock)
+            setup.pause_replica(0)
+            try:
+                with pytest.raises(LockNotReplicated, match="only 0 of the 1 replicas"):
+                    await api.acquire(lock)
+            finally:
+                setup.resume_replica(0)
+            assert await api.acquire(lock)  # acknowledged again
+            await api.release(lock)
+            setup.kill_replica(0)
+            with pytest.raises(LockNotReplicated):  # within the grace: still waited on
+                await api.acquire(lock)
+            await asyncio.sleep(tuning.replica_grace + tuning.replica_check)
+            before = _waits(client)
+            assert await api.acquire(lock)
+            await api.release(lock)
+            assert _waits(client) == before
+        finally:
+            backend.close()
+            await backend.aclose()
+            client.close()
