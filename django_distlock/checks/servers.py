@@ -18,12 +18,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ..connections import CLUSTER, SENTINEL, SERVER, LockServers, lock_servers, redacted
-from ..engine import (
-    AUTO_REPLICAS,
-    SAFE_EVICTION_POLICY,
-    connected_replicas,
-    unsafe_eviction_policy,
-)
+from ..engine import AUTO_REPLICAS, SAFE_EVICTION_POLICY, unsafe_eviction_policy
 from ..settings import Config, get_config
 from .settings import cache_errors
 
@@ -252,10 +247,10 @@ def check_eviction_policy(
 def check_replica_acknowledgement(
     app_configs: Sequence[AppConfig] | None, **kwargs: Any
 ) -> list[CheckMessage]:
-    """W003 (``check --deploy``): a lock server with connected replicas (``ROLE``) while
+    """W003 (``check --deploy``): a lock server with connected replicas while
     ``MIN_REPLICAS`` is 0: no acquire waits for a replica, so a failover can promote one
     that never got a lock the old primary granted. Says nothing for ``"auto"`` or a
-    number, nor when ``ROLE`` cannot be read (W001 reports a Redis that does not
+    number, nor when ``INFO replication`` cannot be read (W001 reports a Redis that does not
     answer)."""
     try:
         config = get_config()
@@ -267,8 +262,8 @@ def check_replica_acknowledgement(
     warnings: list[CheckMessage] = []
     for label, client in primaries:
         try:
-            count = connected_replicas(client.execute_command("ROLE"))
-        except (redis.RedisError, OSError):
+            count = int(client.info("replication").get("connected_slaves", 0))
+        except (redis.RedisError, OSError, ValueError):
             count = None
         finally:
             client.close()

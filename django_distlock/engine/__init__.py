@@ -43,7 +43,6 @@ from .modes import EXCLUSIVE, LIMITED, MODES, SHARED
 from .process import forget_after_fork
 from .recheck import check_holds_now
 from .records import LockRecord
-from .replication import connected_replicas
 from .templates import NameTemplate, TemplateError
 from .tuning import Tuning
 
@@ -82,7 +81,6 @@ __all__ = [
     "Tuning",
     "check_holds_now",
     "clean_label",
-    "connected_replicas",
     "current_holder",
     "force_release",
     "forget_after_fork",

@@ -15,7 +15,7 @@ from redis.exceptions import AskError, ConnectionError, NoScriptError, ResponseE
 from .cancellation import cancellations, completed, keep_cancellation
 from .io import END_WAIT_REPLY_TIMEOUT
 from .ops import AwaitWakeUp, Call, CallEndingWait, Op, Pause, StartWait, Wake
-from .replication import resolved, wants_reading
+from .replication import READ_REPLICAS, resolved, wants_reading
 from .requests import (
     BACKEND_ERRORS,
     NotSent,
@@ -123,7 +123,7 @@ class AsyncDriver:
         assert isinstance(request, Call)
         counts = self.backend.replica_counts
         if counts.due(server.name):
-            counts.learn(server.name, (await server.request([("ROLE",)]))[0])
+            counts.learn(server.name, (await server.request([READ_REPLICAS]))[0])
         return resolved(request, counts.required(server.name))
 
     # -- pipelines ----------------------------------------------------------------------

@@ -15,7 +15,7 @@ from redis.exceptions import AskError, ConnectionError, NoScriptError, ResponseE
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .ops import AwaitWakeUp, Call, CallEndingWait, Op, Pause, StartWait, Wake
-from .replication import resolved, wants_reading
+from .replication import READ_REPLICAS, resolved, wants_reading
 from .requests import (
     BACKEND_ERRORS,
     NotSent,
@@ -103,13 +103,13 @@ class SyncDriver:
 
     def _replicas_on(self, server: Server, request: Request) -> Request:
         """``request`` as it goes to ``server``: a script call whose replicas are
-        ``"auto"`` waits for as many as the server has (read with ``ROLE`` when due)."""
+        ``"auto"`` waits for as many as the server has (read when due)."""
         if not wants_reading(request):
             return request
         assert isinstance(request, Call)
         counts = self.backend.replica_counts
         if counts.due(server.name):
-            counts.learn(server.name, server.request([("ROLE",)])[0])
+            counts.learn(server.name, server.request([READ_REPLICAS])[0])
         return resolved(request, counts.required(server.name))
 
     # -- pipelines ----------------------------------------------------------------------

@@ -1,15 +1,17 @@
 """What ``min_replicas="auto"`` knows of each primary's replicas, and the ``WAIT`` an
-acquire sends because of it. Free of I/O: the drivers read ``ROLE`` when
+acquire sends because of it. Free of I/O: the drivers send :data:`READ_REPLICAS` when
 :meth:`ReplicaCounts.due` says so and hand the reply to :meth:`ReplicaCounts.learn`.
 
-"auto" waits for one replica where the primary serving the lock reported a connected
-replica, and for none where it reported none. The count is read with ``ROLE`` the first
-time a server is used, then again at most every ``Tuning.replica_check`` seconds (that
-one acquire pays a round trip more; the others none). A primary that reported a replica
-keeps being waited on for ``Tuning.replica_grace`` seconds after it last did: a planned
-failover first takes the replica away from the old primary (promoted, it drops its link),
-and the old primary keeps granting until it is demoted; an acquire it grants then is
-exactly the one a failover forgets.
+"auto" waits for one replica where the primary serving the lock reported a replica in
+sync (``state=online`` in ``INFO replication``), and for none where it reported none.
+The count is read the first time a server is used, then again at most every
+``Tuning.replica_check`` seconds (that one acquire pays a round trip more; the others
+none). A primary that reported a replica keeps being waited on for
+``Tuning.replica_grace`` seconds after it last did, as long as it is the same primary
+(the same replication id): a planned failover first takes the replica away from the old
+primary (promoted, it drops its link), and the old primary keeps granting until it is
+demoted; an acquire it grants then is exactly the one the failover forgets. The promoted
+replica starts a new replication id, so the new primary is judged by its own replicas.
 """
 
 from __future__ import annotations
@@ -25,32 +27,62 @@ from .keys import AUTO_REPLICAS
 from .ops import Call
 from .tuning import Tuning
 
-__all__ = ["ReplicaCounts", "connected_replicas", "resolved", "wants_reading"]
+__all__ = [
+    "READ_REPLICAS",
+    "ReplicaCounts",
+    "Replication",
+    "replication_of",
+    "resolved",
+    "wants_reading",
+]
 
 logger = logging.getLogger("django_distlock")
 
+READ_REPLICAS = ("INFO", "replication")
+"""The command whose reply :meth:`ReplicaCounts.learn` reads."""
 
-def connected_replicas(role: Any) -> int | None:
-    """How many replicas a ``ROLE`` reply lists: ``0`` for a node that is not a primary,
-    ``None`` when the reply is not a ``ROLE`` reply (an error, a refused command)."""
-    if not isinstance(role, list | tuple) or not role:
+
+@dataclass(frozen=True, slots=True)
+class Replication:
+    """What ``INFO replication`` says of a server: its role, how many replicas are in
+    sync with it (``state=online``), and its replication id."""
+
+    role: str
+    replicas: int
+    replid: str
+
+
+def replication_of(info: Any) -> Replication | None:
+    """The :class:`Replication` in an ``INFO replication`` reply (text, as read from
+    the connection), or ``None`` for any other reply (an error, a refused command)."""
+    if isinstance(info, bytes):
+        info = info.decode(errors="replace")
+    if not isinstance(info, str):
         return None
-    kind = role[0].decode() if isinstance(role[0], bytes) else str(role[0])
-    if kind != "master":
-        return 0
-    if len(role) < 3 or not isinstance(role[2], list | tuple):
+    fields = dict(line.partition(":")[::2] for line in info.splitlines() if ":" in line)
+    role = fields.get("role")
+    if role is None:
         return None
-    return len(role[2])
+    online = sum(
+        1
+        for name, value in fields.items()
+        if name.startswith("slave") and name[5:].isdigit() and "state=online" in value
+    )
+    return Replication(role, online if role == "master" else 0, fields.get("master_replid", ""))
 
 
 @dataclass(slots=True)
 class _Reading:
     replicas: int = 0
-    """What the server reported at its last reading."""
+    """Replicas in sync at the last reading."""
+    replid: str = ""
+    """The server's replication id at the last reading."""
     read_at: float = -1.0
     """Monotonic time of the last reading asked for (whatever its answer)."""
     seen_replica_at: float | None = None
-    """Monotonic time of the last reading that listed a replica."""
+    """Monotonic time of the last reading that listed a replica in sync..."""
+    seen_replid: str = ""
+    """... and the replication id of the primary then."""
 
 
 class ReplicaCounts:
@@ -78,31 +110,33 @@ class ReplicaCounts:
             reading.read_at = now
             return True
 
-    def learn(self, server: str, role: Any, now: float | None = None) -> None:
-        """Record ``server``'s ``ROLE`` reply (or the error that answered it: a server
-        that refuses ``ROLE`` is taken to have no replica, and a warning logged once)."""
+    def learn(self, server: str, info: Any, now: float | None = None) -> None:
+        """Record ``server``'s reply to :data:`READ_REPLICAS` (or the error that answered
+        it: a server that refuses it is taken to have no replica, and a warning logged
+        once)."""
         now = time.monotonic() if now is None else now
-        count = connected_replicas(role)
-        if count is None:
+        replication = replication_of(info)
+        if replication is None:
             if server not in self._refused:
                 self._refused.add(server)
                 logger.warning(
-                    "django-distlock: %s did not answer ROLE (%r), so MIN_REPLICAS 'auto' "
-                    "cannot see its replicas and waits for none; set MIN_REPLICAS to a "
-                    "number to wait for replicas there",
+                    "django-distlock: %s did not answer INFO replication (%r), so "
+                    "MIN_REPLICAS 'auto' cannot see its replicas and waits for none; set "
+                    "MIN_REPLICAS to a number to wait for replicas there",
                     server,
-                    role,
+                    info,
                 )
-            count = 0
+            replication = Replication("unknown", 0, "")
         with self._lock:
             reading = self._readings.setdefault(server, _Reading(read_at=now))
-            reading.replicas = count
-            if count:
-                reading.seen_replica_at = now
+            reading.replicas, reading.replid = replication.replicas, replication.replid
+            if replication.replicas:
+                reading.seen_replica_at, reading.seen_replid = now, replication.replid
 
     def required(self, server: str, now: float | None = None) -> int:
-        """How many replicas an acquire on ``server`` waits for under ``"auto"``: 1 if it
-        reported a replica within the last ``Tuning.replica_grace`` seconds, else 0."""
+        """How many replicas an acquire on ``server`` waits for under ``"auto"``: 1 if
+        the primary reported a replica in sync at its last reading, or within the last
+        ``Tuning.replica_grace`` seconds with the same replication id; else 0."""
         now = time.monotonic() if now is None else now
         reading = self._readings.get(server)
         if reading is None:
@@ -110,7 +144,11 @@ class ReplicaCounts:
         if reading.replicas:
             return 1
         seen = reading.seen_replica_at
-        return int(seen is not None and now - seen < self.tuning.replica_grace)
+        return int(
+            seen is not None
+            and now - seen < self.tuning.replica_grace
+            and reading.replid == reading.seen_replid
+        )
 
     def forget(self) -> None:
         """Forget every reading (they are read again on next use)."""

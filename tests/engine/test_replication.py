@@ -11,32 +11,45 @@ import pytest
 import redis
 
 from django_distlock.engine import AUTO_REPLICAS, Backend, Lock, LockNotReplicated, Tuning
-from django_distlock.engine.replication import ReplicaCounts, connected_replicas
+from django_distlock.engine.replication import ReplicaCounts, Replication, replication_of
 from tests.support.engine import primaries_of
 from tests.support.topologies import ReplicatedSetup
 
-PRIMARY_WITH_ONE = [b"master", 3058, [[b"127.0.0.1", b"34723", b"2905"]]]
-PRIMARY_WITH_NONE = [b"master", 0, []]
-REPLICA = [b"slave", b"127.0.0.1", 6379, b"connected", 3058]
+
+def info(role: str, *replicas: str, replid: str = "a" * 40) -> bytes:
+    """An ``INFO replication`` reply as read from the connection."""
+    lines = ["# Replication", f"role:{role}", f"connected_slaves:{len(replicas)}"]
+    lines += [f"slave{n}:ip=127.0.0.1,port={7000 + n},{state}" for n, state in enumerate(replicas)]
+    lines += [f"master_replid:{replid}", "master_repl_offset:3058"]
+    return "\r\n".join(lines).encode() + b"\r\n"
+
+
+ONLINE = "state=online,offset=3058,lag=0"
+SYNCING = "state=wait_bgsave,offset=0,lag=0"
+PRIMARY_WITH_ONE = info("master", ONLINE)
+PRIMARY_WITH_NONE = info("master")
+REPLICA = info("slave")
 
 
 # -- what "auto" knows, without I/O -----------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("role", "count"),
+    ("reply", "replication"),
     [
-        (PRIMARY_WITH_ONE, 1),
-        ([b"master", 10, [[b"h", b"1", b"9"], [b"h", b"2", b"8"]]], 2),
-        (PRIMARY_WITH_NONE, 0),
-        (["master", 0, []], 0),  # decoded replies
-        (REPLICA, 0),
-        (redis.ResponseError("NOPERM this user has no permissions to run 'role'"), None),
-        ([], None),
+        (PRIMARY_WITH_ONE, Replication("master", 1, "a" * 40)),
+        (info("master", ONLINE, ONLINE, replid="b" * 40), Replication("master", 2, "b" * 40)),
+        (info("master", ONLINE, SYNCING), Replication("master", 1, "a" * 40)),  # in sync only
+        (PRIMARY_WITH_NONE, Replication("master", 0, "a" * 40)),
+        (PRIMARY_WITH_ONE.decode(), Replication("master", 1, "a" * 40)),
+        (REPLICA, Replication("slave", 0, "a" * 40)),
+        (redis.ResponseError("NOPERM this user has no permissions to run 'info'"), None),
+        (b"", None),
+        (3, None),
     ],
 )
-def test_connected_replicas_reads_a_role_reply(role, count):
-    assert connected_replicas(role) == count
+def test_replication_of_reads_an_info_replication_reply(reply, replication):
+    assert replication_of(reply) == replication
 
 
 def test_a_server_is_read_when_first_used_then_at_most_every_replica_check():
@@ -55,7 +68,7 @@ def test_auto_waits_for_one_replica_where_the_primary_reported_one():
     assert counts.required("a", now=0.0) == 0
     counts.learn("a", PRIMARY_WITH_ONE, now=1.0)
     assert counts.required("a", now=1.0) == 1
-    counts.learn("a", [b"master", 10, [[b"h", b"1", b"9"], [b"h", b"2", b"8"]]], now=2.0)
+    counts.learn("a", info("master", ONLINE, ONLINE), now=2.0)
     assert counts.required("a", now=2.0) == 1  # one, whatever the count
     assert counts.required("b", now=2.0) == 0
 
@@ -73,15 +86,26 @@ def test_a_primary_that_lost_its_replica_is_waited_on_for_the_grace():
     assert counts.required("a", now=16.0) == 0
 
 
-def test_a_server_refusing_role_waits_for_none_and_says_so_once(caplog):
+def test_a_new_primary_behind_the_same_name_is_judged_by_its_own_replicas():
+    """After a failover (a Sentinel service, a DNS name) the promoted replica has a new
+    replication id and no replica yet: nothing to wait for, no grace."""
+    counts = ReplicaCounts(Tuning(replica_grace=5.0))
+    counts.learn("a", PRIMARY_WITH_ONE, now=10.0)
+    counts.learn("a", info("master", replid="c" * 40), now=11.0)
+    assert counts.required("a", now=11.0) == 0
+    counts.learn("a", info("master", ONLINE, replid="c" * 40), now=12.0)  # the old one, back
+    assert counts.required("a", now=12.0) == 1
+
+
+def test_a_server_refusing_info_waits_for_none_and_says_so_once(caplog):
     counts = ReplicaCounts(Tuning())
-    refused = redis.ResponseError("unknown command 'ROLE'")
+    refused = redis.ResponseError("unknown command 'INFO'")
     with caplog.at_level(logging.WARNING, logger="django_distlock"):
         counts.learn("a", refused, now=0.0)
         counts.learn("a", refused, now=5.0)
     assert counts.required("a", now=5.0) == 0
     [record] = caplog.records
-    assert "did not answer ROLE" in record.getMessage()
+    assert "did not answer INFO replication" in record.getMessage()
     assert "set MIN_REPLICAS to a number" in record.getMessage()
 
 

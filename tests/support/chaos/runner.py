@@ -13,7 +13,8 @@ SIGKILLed gets a ``lost`` record (detail ``"killed"``, ``extra["killed"] = True`
 hold it had open; each register's value at the end is a ``read`` by client ``final``.
 
 ``python -m tests.support.chaos.runner --topology T --kind K --seed S --seconds N
-[--unfenced]`` replays a run (:func:`replay_command` prints that line).
+[--unfenced] [--faults F,...] [--min-replicas auto|N]`` replays a run
+(:func:`replay_command` prints that line).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from tests.support.chaos.workloads import client_spec, register_names
 from tests.support.checker import Report, check
 from tests.support.history import PENDING, Operation, read_history, write_history
 
-__all__ = ["RunConfig", "RunResult", "replay_command", "run"]
+__all__ = ["RunConfig", "RunResult", "min_replicas_option", "replay_command", "run"]
 
 _START_SECONDS = 30.0  # a client process importing Django and connecting
 _FINISH_SECONDS = 30.0  # past the run's end, for a client's last hold
@@ -61,6 +62,8 @@ class RunConfig:
     mean_gap: float = 1.0
     faults: tuple[str, ...] | None = None
     """Fault kinds to draw from (default: every kind the topology has)."""
+    min_replicas: int | str | None = None
+    """The clients' ``min_replicas`` (``"auto"`` or a count; default: the topology's)."""
 
     @property
     def wait_bound(self) -> float:
@@ -120,6 +123,8 @@ def replay_command(config: RunConfig) -> str:
         command.append("--unfenced")
     if config.faults is not None:
         command += ["--faults", ",".join(config.faults)]
+    if config.min_replicas is not None:
+        command += ["--min-replicas", str(config.min_replicas)]
     return shlex.join(command)
 
 
@@ -151,7 +156,11 @@ class _ClientPool:
             seed=self.config.seed * 1000 + self._serial,
             lease=self.config.lease,
             fenced=self.config.fenced,
-            min_replicas=self.site.min_replicas,
+            min_replicas=(
+                self.site.min_replicas
+                if self.config.min_replicas is None
+                else self.config.min_replicas
+            ),
         )
         with (self.directory / f"{name}.stderr").open("w") as stderr:
             process = subprocess.Popen(
@@ -360,6 +369,11 @@ def _killed(operations: list[Operation], killed_at: float) -> list[Operation]:
     ]
 
 
+def min_replicas_option(value: str) -> int | str:
+    """``--min-replicas``: ``auto`` or a count."""
+    return value if value == "auto" else int(value)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Replay one run and print its faults and a summary of its history."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -370,6 +384,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--unfenced", action="store_true")
     parser.add_argument("--faults", help="comma-separated fault kinds (default: all)")
+    parser.add_argument(
+        "--min-replicas", type=min_replicas_option, help="'auto' or a count (default: the site's)"
+    )
     options = parser.parse_args(argv)
     config = RunConfig(
         topology=options.topology,
@@ -379,6 +396,7 @@ def main(argv: list[str] | None = None) -> None:
         clients=options.clients,
         fenced=not options.unfenced,
         faults=tuple(options.faults.split(",")) if options.faults else None,
+        min_replicas=options.min_replicas,
     )
     result = run(config)
     for fault in result.faults:
