@@ -105,10 +105,11 @@ def main() -> None:
             load = os.getloadavg()[0]
             result = run(config)
             rows.append(row(result))
+            errors = [error.splitlines()[0] for error in result.errors]
             print(
                 f"{topology} MIN_REPLICAS={min_replicas}: load {load:.1f} -> "
-                f"{os.getloadavg()[0]:.1f}; errors: {result.errors or 'none'}; "
-                f"replay: {result.replay()}",
+                f"{os.getloadavg()[0]:.1f}; history in {result.directory}; replay: "
+                f"{result.replay()}; errors: {errors or 'none'}",
                 flush=True,
             )
     print()

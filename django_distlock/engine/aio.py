@@ -102,10 +102,12 @@ class AsyncDriver:
                 routing.request = await self._replicas_on(server, request)
                 replies = await server.request(routing.commands())
             except NotSent as failed:
+                self.backend.replica_counts.lost(server.name)
                 routing.not_sent(failed)
                 server = await _aelsewhere(routes, key, server, failed.error)
                 continue
             except (ConnectionError, OSError):
+                self.backend.replica_counts.lost(server.name)
                 await _arefresh(routes)
                 raise
             answer = routing.answer(replies, routes.is_cluster)

@@ -87,10 +87,12 @@ class SyncDriver:
                 routing.request = self._replicas_on(server, request)
                 replies = server.request(routing.commands())
             except NotSent as failed:
+                self.backend.replica_counts.lost(server.name)
                 routing.not_sent(failed)
                 server = _elsewhere(routes, key, server, failed.error)
                 continue
             except (ConnectionError, OSError):
+                self.backend.replica_counts.lost(server.name)
                 _refresh(routes)
                 raise
             answer = routing.answer(replies, routes.is_cluster)

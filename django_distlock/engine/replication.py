@@ -1,23 +1,30 @@
 """What ``min_replicas="auto"`` knows of each primary's replicas, and the ``WAIT`` an
 acquire sends because of it. Free of I/O: the drivers send :data:`READ_REPLICAS` when
-:meth:`ReplicaCounts.due` says so and hand the reply to :meth:`ReplicaCounts.learn`.
+:meth:`ReplicaCounts.due` says so, hand the reply to :meth:`ReplicaCounts.learn`, and
+report a server they could not reach (:meth:`ReplicaCounts.lost`).
 
 "auto" waits for one replica where the primary serving the lock reported a replica in
 sync (``state=online`` in ``INFO replication``), and for none where it reported none.
 The count is read the first time a server is used, then again at most every
 ``Tuning.replica_check`` seconds (that one acquire pays a round trip more; the others
-none). A primary that reported a replica keeps being waited on for
-``Tuning.replica_grace`` seconds after it last did, as long as it is the same primary
-(the same replication id): a planned failover first takes the replica away from the old
-primary (promoted, it drops its link), and the old primary keeps granting until it is
-demoted; an acquire it grants then is exactly the one the failover forgets. The promoted
-replica starts a new replication id, so the new primary is judged by its own replicas.
+none).
+
+A server that reported a replica keeps being waited on for ``Tuning.replica_grace``
+seconds after it last did, unless a connection to it failed since. A planned failover
+first promotes the replica, which drops its link to the old primary, and the old primary
+keeps granting on the connections still open to it until it is demoted (Sentinel does
+that some seconds later); an acquire it grants then is exactly the one the failover
+forgets. Behind one name (a Sentinel service, a DNS name) a reading and an acquire may
+reach different servers while connections move, so the reading of the new primary (no
+replica yet) must not stop the waits on the old one. When the old primary died instead,
+its connections failed: the new primary is judged by its own replicas at once.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -44,12 +51,11 @@ READ_REPLICAS = ("INFO", "replication")
 
 @dataclass(frozen=True, slots=True)
 class Replication:
-    """What ``INFO replication`` says of a server: its role, how many replicas are in
-    sync with it (``state=online``), and its replication id."""
+    """What ``INFO replication`` says of a server: its role, and how many replicas are
+    in sync with it (``state=online``)."""
 
     role: str
     replicas: int
-    replid: str
 
 
 def replication_of(info: Any) -> Replication | None:
@@ -68,21 +74,18 @@ def replication_of(info: Any) -> Replication | None:
         for name, value in fields.items()
         if name.startswith("slave") and name[5:].isdigit() and "state=online" in value
     )
-    return Replication(role, online if role == "master" else 0, fields.get("master_replid", ""))
+    return Replication(role, online if role == "master" else 0)
 
 
 @dataclass(slots=True)
 class _Reading:
     replicas: int = 0
     """Replicas in sync at the last reading."""
-    replid: str = ""
-    """The server's replication id at the last reading."""
     read_at: float = -1.0
     """Monotonic time of the last reading asked for (whatever its answer)."""
     seen_replica_at: float | None = None
-    """Monotonic time of the last reading that listed a replica in sync..."""
-    seen_replid: str = ""
-    """... and the replication id of the primary then."""
+    """Monotonic time of the last reading that listed a replica in sync (``None`` once
+    a connection to the server failed after it)."""
 
 
 class ReplicaCounts:
@@ -126,17 +129,27 @@ class ReplicaCounts:
                     server,
                     info,
                 )
-            replication = Replication("unknown", 0, "")
+            replication = Replication("unknown", 0)
         with self._lock:
             reading = self._readings.setdefault(server, _Reading(read_at=now))
-            reading.replicas, reading.replid = replication.replicas, replication.replid
+            reading.replicas = replication.replicas
             if replication.replicas:
-                reading.seen_replica_at, reading.seen_replid = now, replication.replid
+                reading.seen_replica_at = now
+
+    def lost(self, server: str) -> None:
+        """A connection to ``server`` failed: the primary that had a replica may be gone
+        (a crash, then a failover), so stop waiting on its account, and read the server
+        again before the next acquire."""
+        with self._lock:
+            reading = self._readings.get(server)
+            if reading is not None:
+                reading.seen_replica_at = None
+                reading.read_at = -math.inf
 
     def required(self, server: str, now: float | None = None) -> int:
         """How many replicas an acquire on ``server`` waits for under ``"auto"``: 1 if
-        the primary reported a replica in sync at its last reading, or within the last
-        ``Tuning.replica_grace`` seconds with the same replication id; else 0."""
+        it reported a replica in sync at its last reading, or within the last
+        ``Tuning.replica_grace`` seconds with no connection failed since; else 0."""
         now = time.monotonic() if now is None else now
         reading = self._readings.get(server)
         if reading is None:
@@ -144,11 +157,7 @@ class ReplicaCounts:
         if reading.replicas:
             return 1
         seen = reading.seen_replica_at
-        return int(
-            seen is not None
-            and now - seen < self.tuning.replica_grace
-            and reading.replid == reading.seen_replid
-        )
+        return int(seen is not None and now - seen < self.tuning.replica_grace)
 
     def forget(self) -> None:
         """Forget every reading (they are read again on next use)."""

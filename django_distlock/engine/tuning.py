@@ -44,10 +44,11 @@ class Tuning:
     """How often ``min_replicas="auto"`` reads a primary's replicas again (``INFO
     replication``, one request per server at most this often, before the acquire that
     finds it due)."""
-    replica_grace: float = 5.0
-    """How long ``"auto"`` keeps waiting for a replica after the same primary last
-    reported one: a planned failover takes the replica away from the old primary first,
-    and the old primary keeps granting until it is demoted."""
+    replica_grace: float = 10.0
+    """How long ``"auto"`` keeps waiting for a replica after the server last reported
+    one, unless a connection to it failed since: a planned failover takes the replica
+    away from the old primary first, and the old primary keeps granting until it is
+    demoted (Sentinel does it about 10 s later)."""
     fence_memory_ms: int = field(init=False)
     waiter_liveness_ms: int = field(init=False)
 

@@ -37,12 +37,12 @@ REPLICA = info("slave")
 @pytest.mark.parametrize(
     ("reply", "replication"),
     [
-        (PRIMARY_WITH_ONE, Replication("master", 1, "a" * 40)),
-        (info("master", ONLINE, ONLINE, replid="b" * 40), Replication("master", 2, "b" * 40)),
-        (info("master", ONLINE, SYNCING), Replication("master", 1, "a" * 40)),  # in sync only
-        (PRIMARY_WITH_NONE, Replication("master", 0, "a" * 40)),
-        (PRIMARY_WITH_ONE.decode(), Replication("master", 1, "a" * 40)),
-        (REPLICA, Replication("slave", 0, "a" * 40)),
+        (PRIMARY_WITH_ONE, Replication("master", 1)),
+        (info("master", ONLINE, ONLINE, replid="b" * 40), Replication("master", 2)),
+        (info("master", ONLINE, SYNCING), Replication("master", 1)),  # in sync only
+        (PRIMARY_WITH_NONE, Replication("master", 0)),
+        (PRIMARY_WITH_ONE.decode(), Replication("master", 1)),
+        (REPLICA, Replication("slave", 0)),
         (redis.ResponseError("NOPERM this user has no permissions to run 'info'"), None),
         (b"", None),
         (3, None),
@@ -86,15 +86,28 @@ def test_a_primary_that_lost_its_replica_is_waited_on_for_the_grace():
     assert counts.required("a", now=16.0) == 0
 
 
-def test_a_new_primary_behind_the_same_name_is_judged_by_its_own_replicas():
-    """After a failover (a Sentinel service, a DNS name) the promoted replica has a new
-    replication id and no replica yet: nothing to wait for, no grace."""
+def test_behind_one_name_the_new_primary_does_not_stop_the_waits_on_the_old_one():
+    """During a Sentinel failover the reading may come from the promoted replica (a new
+    connection, no replica yet) while open connections still reach the old primary."""
     counts = ReplicaCounts(Tuning(replica_grace=5.0))
     counts.learn("a", PRIMARY_WITH_ONE, now=10.0)
     counts.learn("a", info("master", replid="c" * 40), now=11.0)
-    assert counts.required("a", now=11.0) == 0
+    assert counts.required("a", now=11.0) == 1
+
+
+def test_after_a_connection_failed_the_server_is_judged_by_its_replicas_now():
+    """The primary that had a replica died (its connections failed): the promoted one,
+    without a replica yet, takes locks at once, and it is read again first."""
+    counts = ReplicaCounts(Tuning(replica_check=1.0, replica_grace=5.0))
+    assert counts.due("a", now=10.0)
+    counts.learn("a", PRIMARY_WITH_ONE, now=10.0)
+    counts.lost("a")
+    assert counts.due("a", now=10.1)
+    counts.learn("a", info("master", replid="c" * 40), now=10.1)
+    assert counts.required("a", now=10.1) == 0
     counts.learn("a", info("master", ONLINE, replid="c" * 40), now=12.0)  # the old one, back
     assert counts.required("a", now=12.0) == 1
+    counts.lost("b")  # a server never read: nothing to forget
 
 
 def test_a_server_refusing_info_waits_for_none_and_says_so_once(caplog):
