@@ -10,14 +10,17 @@ The count is read the first time a server is used, then again at most every
 none).
 
 A server that reported a replica keeps being waited on for ``Tuning.replica_grace``
-seconds after it last did, unless a connection to it failed since. A planned failover
-first promotes the replica, which drops its link to the old primary, and the old primary
-keeps granting on the connections still open to it until it is demoted (Sentinel does
-that some seconds later); an acquire it grants then is exactly the one the failover
-forgets. Behind one name (a Sentinel service, a DNS name) a reading and an acquire may
-reach different servers while connections move, so the reading of the new primary (no
-replica yet) must not stop the waits on the old one. When the old primary died instead,
-its connections failed: the new primary is judged by its own replicas at once.
+seconds after it last did. A planned failover first promotes the replica, which drops
+its link to the old primary, and the old primary keeps granting on the connections still
+open to it until it is demoted (Sentinel does that some seconds later); an acquire it
+grants then is exactly the one the failover forgets. Nothing the client sees tells that
+apart from a primary whose replica died, or from a new primary behind the same name (a
+Sentinel service, a DNS name) that has no replica yet while other connections still
+reach the old one: a reading taken right after connections were cut may even come from a
+primary whose replica a second failover just took. So the grace is a time, not a guess;
+after a crash failover the new primary is waited on until the grace has passed (a
+failure is detected after ``down-after-milliseconds``, 30 s by default, by then it has).
+A connection that fails only makes the next acquire read the server again.
 """
 
 from __future__ import annotations
@@ -84,8 +87,7 @@ class _Reading:
     read_at: float = -1.0
     """Monotonic time of the last reading asked for (whatever its answer)."""
     seen_replica_at: float | None = None
-    """Monotonic time of the last reading that listed a replica in sync (``None`` once
-    a connection to the server failed after it)."""
+    """Monotonic time of the last reading that listed a replica in sync."""
 
 
 class ReplicaCounts:
@@ -99,8 +101,9 @@ class ReplicaCounts:
         self._lock = threading.Lock()
 
     def due(self, server: str, now: float | None = None) -> bool:
-        """Whether ``server``'s replicas should be read (``ROLE``) before the next
-        acquire on it: never read, or last read ``Tuning.replica_check`` seconds ago.
+        """Whether ``server``'s replicas should be read (:data:`READ_REPLICAS`) before
+        the next acquire on it: never read, or last read ``Tuning.replica_check`` seconds
+        ago.
         Claims the reading, so that concurrent acquires do not all read it."""
         now = time.monotonic() if now is None else now
         with self._lock:
@@ -137,19 +140,17 @@ class ReplicaCounts:
                 reading.seen_replica_at = now
 
     def lost(self, server: str) -> None:
-        """A connection to ``server`` failed: the primary that had a replica may be gone
-        (a crash, then a failover), so stop waiting on its account, and read the server
+        """A connection to ``server`` failed (the primary may have changed): read it
         again before the next acquire."""
         with self._lock:
             reading = self._readings.get(server)
             if reading is not None:
-                reading.seen_replica_at = None
                 reading.read_at = -math.inf
 
     def required(self, server: str, now: float | None = None) -> int:
         """How many replicas an acquire on ``server`` waits for under ``"auto"``: 1 if
-        it reported a replica in sync at its last reading, or within the last
-        ``Tuning.replica_grace`` seconds with no connection failed since; else 0."""
+        it reported a replica in sync within the last ``Tuning.replica_grace`` seconds
+        (or at its last reading), else 0."""
         now = time.monotonic() if now is None else now
         reading = self._readings.get(server)
         if reading is None:

@@ -46,9 +46,8 @@ class Tuning:
     finds it due)."""
     replica_grace: float = 10.0
     """How long ``"auto"`` keeps waiting for a replica after the server last reported
-    one, unless a connection to it failed since: a planned failover takes the replica
-    away from the old primary first, and the old primary keeps granting until it is
-    demoted (Sentinel does it about 10 s later)."""
+    one: a planned failover takes the replica away from the old primary first, and the
+    old primary keeps granting until it is demoted (Sentinel does it about 10 s later)."""
     fence_memory_ms: int = field(init=False)
     waiter_liveness_ms: int = field(init=False)
 
