@@ -72,7 +72,7 @@ def test_failovers_under_min_replicas_auto_leave_no_second_holder(tmp_path: Path
         "replicated",
         "mutex",
         seed=2701,
-        seconds=8,
+        seconds=6,
         faults=("failover",),
         min_replicas="auto",
     )
