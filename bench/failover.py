@@ -9,7 +9,9 @@ Each run is ``tests/support/chaos/runner.py`` (kind ``mutex``, 4 client processe
 1 s, fenced registers, a failover every 2 s on average after the last one ended) with
 ``faults=("failover",)``: on ``replicated`` a replica promoted with ``REPLICAOF NO ONE``,
 new connections sent to it, open ones cut 0.2-1 s later; on ``sentinel``
-``SENTINEL FAILOVER``; on ``cluster`` ``CLUSTER FAILOVER`` of a lock's shard. Per run:
+``SENTINEL FAILOVER``; on ``cluster`` ``CLUSTER FAILOVER`` of a lock's shard, or with
+``--crash`` its primary SIGKILLed (``primary-crash``: the replica promoted after the node
+timeout, the old primary restarted as its replica). Per run:
 the failovers carried out, the double-holder windows the checker found (two clients
 holding the lock at once, as their own records say), per failover, the acquires that
 succeeded, those refused with ``LockNotReplicated``, and the successful acquires per
@@ -36,6 +38,7 @@ from tests.support.chaos.runner import RunConfig, RunResult, min_replicas_option
 from tests.support.servers import install_termination_cleanup  # noqa: E402
 
 TOPOLOGIES = ("replicated", "sentinel", "cluster")
+FAILOVERS = ("failover", "primary-crash")
 SETTLE = 1.0  # seconds after a failover still counted as "during" it
 
 
@@ -47,7 +50,7 @@ def row(result: RunResult) -> list[str]:
     """One line of the table for ``result``."""
     config = result.config
     report = result.check()
-    failovers = [f for f in result.faults if f.kind == "failover" and "error" not in f.detail]
+    failovers = [f for f in result.faults if f.kind in FAILOVERS and "error" not in f.detail]
     windows = [(f.start, f.end) for f in failovers]
     acquires = [op for op in result.history if op.kind == "acquire"]
     taken = [op for op in acquires if op.outcome == "ok"]
@@ -88,17 +91,23 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=27)
     parser.add_argument("--topology", action="append", choices=TOPOLOGIES)
     parser.add_argument("--min-replicas", action="append", type=min_replicas_option)
+    parser.add_argument(
+        "--crash",
+        action="store_true",
+        help="cluster: SIGKILL the primary (primary-crash) instead of CLUSTER FAILOVER",
+    )
     options = parser.parse_args()
     install_termination_cleanup()  # a run stopped with SIGTERM leaves no server behind
     rows = []
     for topology in options.topology or TOPOLOGIES:
+        crash = options.crash and topology == "cluster"
         for min_replicas in options.min_replicas or [0, 1, "auto"]:
             config = RunConfig(
                 topology,
                 "mutex",
                 seed=options.seed,
                 seconds=options.seconds,
-                faults=("failover",),
+                faults=("primary-crash",) if crash else ("failover",),
                 min_replicas=min_replicas,
                 mean_gap=2.0,
             )
