@@ -49,7 +49,7 @@ DEFAULTS: dict[str, Any] = {
     "SENTINEL_SERVICE": None,
     "SENTINEL_KWARGS": None,
     "CLUSTER": None,
-    "MIN_REPLICAS": 0,
+    "MIN_REPLICAS": "auto",
     "REPLICA_TIMEOUT": 0.1,
     "KEY_PREFIX": "distlock:",
     "TIMEOUT": 30.0,
@@ -77,7 +77,8 @@ TLS (``rediss://``) and timeouts (``"redis://:secret@mymaster/0?socket_timeout=2
 ``CLUSTER``: seed node URLs of a Redis/Valkey Cluster (``["redis://10.0.0.1:7000", ...]``;
 credentials, TLS and timeouts from the first), instead of ``CACHE``.
 ``MIN_REPLICAS``: default of ``distlock(min_replicas=...)``: replicas that must acknowledge
-an acquire (``WAIT``) for it to count (0: do not wait).
+an acquire (``WAIT``) for it to count; ``"auto"`` (the default): one where the lock's
+primary reports a connected replica, none where it reports none; 0: never wait.
 ``REPLICA_TIMEOUT``: seconds an acquire waits for those acknowledgements.
 ``KEY_PREFIX``: every key this package writes starts with it.
 ``TIMEOUT``: default lease in seconds (renewed while held when ``AUTO_RENEW``), at most
@@ -123,7 +124,7 @@ class Config:
     sentinel_service: str | None
     sentinel_kwargs: dict[str, Any] | None
     cluster: tuple[str, ...] | None
-    min_replicas: int
+    min_replicas: int | str
     replica_timeout: float
     key_prefix: str
     timeout: float

@@ -44,12 +44,19 @@ def e001(distlock: dict) -> list:
 def test_defaults():
     assert DEFAULTS["SENTINELS"] is None
     assert DEFAULTS["CLUSTER"] is None
-    assert DEFAULTS["MIN_REPLICAS"] == 0
+    assert DEFAULTS["MIN_REPLICAS"] == "auto"
     assert DEFAULTS["REPLICA_TIMEOUT"] == 0.1
     with override_settings(DISTLOCK={}):
         config = get_config()
     assert (config.sentinels, config.sentinel_service, config.cluster) == (None, None, None)
-    assert (config.min_replicas, config.replica_timeout) == (0, 0.1)
+    assert (config.min_replicas, config.replica_timeout) == ("auto", 0.1)
+
+
+@pytest.mark.parametrize("value", ["auto", 0, 1, 64])
+def test_min_replicas_takes_auto_or_a_count(value):
+    with override_settings(DISTLOCK={"MIN_REPLICAS": value}):
+        assert get_config().min_replicas == value
+        assert run_checks(tags=["distlock"]) == []
 
 
 # -- validation: one key at a time -----------------------------------------------------
@@ -72,10 +79,13 @@ def test_defaults():
         ({"CLUSTER": ["10.0.0.1:7000"]}, "must be a redis:// or rediss://", "seed node"),
         ({"CLUSTER": ["unix:///tmp/redis.sock"]}, "must be a redis://", "seed node"),
         ({"CLUSTER": ["redis://"]}, "names no host", "seed node"),
-        ({"MIN_REPLICAS": -1}, "MIN_REPLICAS must be between 0 and 64, not -1", "from 0"),
-        ({"MIN_REPLICAS": 1.5}, "MIN_REPLICAS must be an int", "from 0"),
-        ({"MIN_REPLICAS": True}, "MIN_REPLICAS must be an int", "from 0"),
+        ({"MIN_REPLICAS": -1}, "MIN_REPLICAS must be between 0 and 64, not -1", "'auto'"),
+        ({"MIN_REPLICAS": 1.5}, "MIN_REPLICAS must be 'auto' or an int, not float", "from 0"),
+        ({"MIN_REPLICAS": True}, "MIN_REPLICAS must be 'auto' or an int, not bool", "from 0"),
+        ({"MIN_REPLICAS": None}, "MIN_REPLICAS must be 'auto' or an int, not NoneType", "'auto'"),
         ({"MIN_REPLICAS": 65}, "MIN_REPLICAS must be between 0 and 64", "from 0"),
+        ({"MIN_REPLICAS": "AUTO"}, "MIN_REPLICAS must be 'auto' or an int from 0 to 64", "'auto'"),
+        ({"MIN_REPLICAS": "1"}, "MIN_REPLICAS must be 'auto' or an int from 0 to 64, not '1'", "0"),
         ({"REPLICA_TIMEOUT": 0}, "REPLICA_TIMEOUT must be positive", "e.g. 0.1"),
         ({"REPLICA_TIMEOUT": "0.1"}, "REPLICA_TIMEOUT must be a number", "e.g. 0.1"),
     ],

@@ -1,6 +1,6 @@
 """``get_backend()`` for every shape of settings, locking for real (sync and async) on the
 topologies the suite starts: one server, Sentinel, Cluster, through the ``DISTLOCK`` keys,
-django-redis caches and django-valkey caches; the deploy checks (I001, W001, W002) on the
+django-redis caches and django-valkey caches; the deploy checks (I001, W001-W003) on the
 same topologies; and a Sentinel failover under a django-redis ``SentinelClient`` cache."""
 
 from __future__ import annotations
@@ -292,6 +292,27 @@ def test_w002_names_each_evicting_primary(topology, request):
     assert "on its replicas too" in warning.hint
 
 
+def test_w003_when_the_lock_server_has_replicas_and_min_replicas_is_0(replicated_setup):
+    url = replicated_setup.primary.url
+    with override_settings(DISTLOCK={"URL": url, "MIN_REPLICAS": 0}):
+        [_info, warning] = deploy_messages()
+    assert isinstance(warning, Warning)
+    assert warning.id == "django_distlock.W003"
+    assert warning.msg.startswith(
+        f"Redis at '{url}' has 2 connected replicas, but DISTLOCK['MIN_REPLICAS'] is 0: "
+        "no acquire waits for a replica"
+    )
+    assert "the default 'auto' waits for one replica" in warning.hint
+    for setting in ({"URL": url}, {"URL": url, "MIN_REPLICAS": 1}):  # "auto", or a count
+        with override_settings(DISTLOCK=setting):
+            assert [message.id for message in deploy_messages()] == ["django_distlock.I001"]
+
+
+def test_no_w003_without_replicas(redis_server):
+    with override_settings(DISTLOCK={"URL": redis_server.url, "MIN_REPLICAS": 0}):
+        assert [message.id for message in deploy_messages()] == ["django_distlock.I001"]
+
+
 # -- a Sentinel failover under a django-redis SentinelClient cache -------------------------
 
 
@@ -317,7 +338,10 @@ def test_sentinel_cache_after_a_failover(private_sentinel, monkeypatch):
     # for another Sentinel setup under the same URL would be reused.
     monkeypatch.setattr(django_redis.pool.ConnectionFactory, "_pools", {})
     caches_setting = {"default": sentinel_cache("django-redis", private_sentinel.sentinels)}
-    with override_settings(CACHES=caches_setting, DISTLOCK={"EVENTS": "off"}):
+    # The cache's client following the failover, without replica acknowledgement: under
+    # the default "auto" the promoted primary is also waited on until Tuning.replica_grace
+    # has passed since the old one last listed its replica (tests/engine/test_replication.py).
+    with override_settings(CACHES=caches_setting, DISTLOCK={"EVENTS": "off", "MIN_REPLICAS": 0}):
         with distlock("invoice:42") as lock:
             before = lock.fence
 

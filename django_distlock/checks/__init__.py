@@ -24,10 +24,13 @@
 ``django_distlock.W002``  a lock server's ``maxmemory-policy`` is not ``noeviction``, so
                           it can evict held locks; every primary is asked (``check
                           --deploy`` only; nothing is said when the policy cannot be read)
+``django_distlock.W003``  a lock server has connected replicas but ``MIN_REPLICAS`` is 0,
+                          so no acquire waits for a replica and a failover can hand a
+                          held lock to a second holder (``check --deploy`` only)
 ======================  ==============================================================
 
 The checks live by what they look at: :mod:`.settings` (E001-E006: the setting, the cache
-it names, the view hooks, the metrics libraries), :mod:`.servers` (I001, W001, W002: the
+it names, the view hooks, the metrics libraries), :mod:`.servers` (I001, W001-W003: the
 lock servers of the topology, ``check --deploy`` only) and :mod:`.celery` (E007).
 """
 
@@ -36,7 +39,13 @@ from __future__ import annotations
 from django.core.checks import Tags, register
 
 from .celery import check_celery_tasks
-from .servers import PING_TIMEOUT, check_eviction_policy, check_lock_servers, check_redis_answers
+from .servers import (
+    PING_TIMEOUT,
+    check_eviction_policy,
+    check_lock_servers,
+    check_redis_answers,
+    check_replica_acknowledgement,
+)
 from .settings import check_settings
 
 __all__ = [
@@ -46,6 +55,7 @@ __all__ = [
     "check_eviction_policy",
     "check_lock_servers",
     "check_redis_answers",
+    "check_replica_acknowledgement",
     "check_settings",
     "register_checks",
 ]
@@ -61,3 +71,4 @@ def register_checks() -> None:
     register(check_lock_servers, TAG, Tags.caches, deploy=True)
     register(check_redis_answers, TAG, Tags.caches, deploy=True)
     register(check_eviction_policy, TAG, Tags.caches, deploy=True)
+    register(check_replica_acknowledgement, TAG, Tags.caches, deploy=True)

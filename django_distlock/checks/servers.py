@@ -1,6 +1,7 @@
 """The deploy checks (``check --deploy``): where locks live (I001), and that every lock
 server of the topology (the server, the Sentinels' primary, each Cluster primary)
-answers (W001) and keeps held locks from eviction (W002)."""
+answers (W001), keeps held locks from eviction (W002) and, when it has replicas, is
+asked to wait for one (W003)."""
 
 from __future__ import annotations
 
@@ -17,11 +18,17 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from ..connections import CLUSTER, SENTINEL, SERVER, LockServers, lock_servers, redacted
-from ..engine import SAFE_EVICTION_POLICY, unsafe_eviction_policy
+from ..engine import AUTO_REPLICAS, SAFE_EVICTION_POLICY, unsafe_eviction_policy
 from ..settings import Config, get_config
 from .settings import cache_errors
 
-__all__ = ["PING_TIMEOUT", "check_eviction_policy", "check_lock_servers", "check_redis_answers"]
+__all__ = [
+    "PING_TIMEOUT",
+    "check_eviction_policy",
+    "check_lock_servers",
+    "check_redis_answers",
+    "check_replica_acknowledgement",
+]
 
 PING_TIMEOUT = 2.0
 """Seconds the deploy checks wait for Redis to connect and to answer."""
@@ -157,7 +164,7 @@ def check_lock_servers(
     except ImproperlyConfigured:
         return []  # check_settings or check_redis_answers reports it
     replicas = ""
-    if config.min_replicas:
+    if config.min_replicas and config.min_replicas != AUTO_REPLICAS:
         replicas = (
             f"; an acquire counts once {config.min_replicas} replica(s) acknowledged it "
             f"within {config.replica_timeout:g} s (MIN_REPLICAS, REPLICA_TIMEOUT)"
@@ -232,6 +239,46 @@ def check_eviction_policy(
                 f"maxmemory-policy {SAFE_EVICTION_POLICY} on this one if nothing on it relies "
                 "on eviction (on its replicas too: a promoted replica keeps its own).",
                 id="django_distlock.W002",
+            )
+        )
+    return warnings
+
+
+def check_replica_acknowledgement(
+    app_configs: Sequence[AppConfig] | None, **kwargs: Any
+) -> list[CheckMessage]:
+    """W003 (``check --deploy``): a lock server with connected replicas while
+    ``MIN_REPLICAS`` is 0: no acquire waits for a replica, so a failover can promote one
+    that never got a lock the old primary granted. Says nothing for ``"auto"`` or a
+    number, nor when ``INFO replication`` cannot be read (W001 reports a Redis that does not
+    answer)."""
+    try:
+        config = get_config()
+    except ImproperlyConfigured:
+        return []  # check_settings reports it
+    if config.min_replicas != 0:
+        return []
+    primaries, _ = _deploy_primaries(config)  # check_redis_answers reports problems
+    warnings: list[CheckMessage] = []
+    for label, client in primaries:
+        try:
+            count = int(client.info("replication").get("connected_slaves", 0))
+        except (redis.RedisError, OSError, ValueError):
+            count = None
+        finally:
+            client.close()
+        if not count:
+            continue
+        replicas = f"{count} connected replica{'s' if count != 1 else ''}"
+        warnings.append(
+            Warning(
+                f"{label} has {replicas}, but DISTLOCK['MIN_REPLICAS'] is 0: no acquire "
+                "waits for a replica, so a failover can promote one that never got a lock "
+                "the old primary granted, and a second process take it",
+                hint="Remove MIN_REPLICAS (the default 'auto' waits for one replica where "
+                "the primary has one) or set it to 1; keep 0 only if your fences or a "
+                "second holder's harmlessness make failovers safe (see docs/deploying.md).",
+                id="django_distlock.W003",
             )
         )
     return warnings

@@ -37,7 +37,8 @@ _HINTS = {
     "e.g. {'password': '...'}, or None.",
     "CLUSTER": "Use a list of seed node URLs of the cluster, e.g. "
     "['redis://10.0.0.1:7000', 'redis://10.0.0.2:7000'], or None.",
-    "MIN_REPLICAS": "Use an int from 0 (do not wait for replicas) to 64, e.g. 1.",
+    "MIN_REPLICAS": "Use 'auto' (the default: wait for one replica where the primary has "
+    "one), or an int from 0 (never wait for replicas) to 64, e.g. 1.",
     "REPLICA_TIMEOUT": "Use a positive number of seconds, e.g. 0.1.",
     "KEY_PREFIX": "Use a non-empty str without '{', '}' or NUL, e.g. 'distlock:'.",
     "TIMEOUT": "Use a positive number of seconds, at most one year (MAX_SECONDS), e.g. 30.",

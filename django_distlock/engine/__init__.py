@@ -25,6 +25,7 @@ from .exceptions import (
 from .forcing import force_release
 from .hold import LostCause
 from .keys import (
+    AUTO_REPLICAS,
     MAX_CONTEXT_LENGTH,
     MAX_NAME_LENGTH,
     MAX_SECONDS,
@@ -46,6 +47,7 @@ from .templates import NameTemplate, TemplateError
 from .tuning import Tuning
 
 __all__ = [
+    "AUTO_REPLICAS",
     "EXCLUSIVE",
     "LIMITED",
     "MAX_CONTEXT_LENGTH",

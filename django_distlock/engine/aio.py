@@ -15,6 +15,7 @@ from redis.exceptions import AskError, ConnectionError, NoScriptError, ResponseE
 from .cancellation import cancellations, completed, keep_cancellation
 from .io import END_WAIT_REPLY_TIMEOUT
 from .ops import AwaitWakeUp, Call, CallEndingWait, Op, Pause, StartWait, Wake
+from .replication import READ_REPLICAS, resolved, wants_reading
 from .requests import (
     BACKEND_ERRORS,
     NotSent,
@@ -99,12 +100,15 @@ class AsyncDriver:
         routing = Routing(request)
         while True:
             try:
+                routing.request = await self._replicas_on(server, request)
                 replies = await server.request(routing.commands())
             except NotSent as failed:
+                self.backend.replica_counts.lost(server.name)
                 routing.not_sent(failed)
                 server = await _aelsewhere(routes, key, server, failed.error)
                 continue
             except (ConnectionError, OSError) as exc:
+                self.backend.replica_counts.lost(server.name)
                 delay = routing.failed(exc)
                 if delay is None:
                     await _arefresh(routes)
@@ -119,6 +123,16 @@ class AsyncDriver:
                 server = await routes.redirected(key, server, answer.error, answer.kind)
             if answer.delay:
                 await asyncio.sleep(answer.delay)
+
+    async def _replicas_on(self, server: AsyncServer, request: Request) -> Request:
+        """Async twin of :meth:`SyncDriver._replicas_on`."""
+        if not wants_reading(request):
+            return request
+        assert isinstance(request, Call)
+        counts = self.backend.replica_counts
+        if counts.due(server.name):
+            counts.learn(server.name, (await server.request([READ_REPLICAS]))[0])
+        return resolved(request, counts.required(server.name))
 
     # -- pipelines ----------------------------------------------------------------------
 

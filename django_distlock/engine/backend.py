@@ -26,6 +26,7 @@ from .exceptions import LockError
 from .keys import validate_prefix, validate_replicas, validate_seconds
 from .loop_routes import LoopRoutes
 from .modes import EXCLUSIVE
+from .replication import ReplicaCounts
 from .servers import AsyncRoutes, Routes, Server
 from .tuning import Tuning
 
@@ -99,9 +100,10 @@ class Backend:
 
     Keys are written under ``prefix`` only. ``timeout``, ``auto_renew`` and
     ``min_replicas`` are the defaults of locks that do not set them (``replica_timeout``:
-    seconds an acquire waits for replicas to acknowledge it). ``observer`` is called with
-    an :class:`Event` for every lock event; it must be quick and its errors are logged,
-    never raised into the lock.
+    seconds an acquire waits for replicas to acknowledge it; ``min_replicas="auto"``
+    waits for one replica where the lock's primary has one, see :mod:`.replication`).
+    ``observer`` is called with an :class:`Event` for every lock event; it must be quick
+    and its errors are logged, never raised into the lock.
 
     >>> import redis
     >>> backend = Backend(redis.Redis(), prefix="myapp:locks:")
@@ -116,7 +118,7 @@ class Backend:
         prefix: str = "distlock:",
         timeout: float = 30.0,
         auto_renew: bool = True,
-        min_replicas: int = 0,
+        min_replicas: int | str = 0,
         replica_timeout: float = 0.1,
         observer: Observer | None = None,
         tuning: Tuning | None = None,
@@ -141,6 +143,8 @@ class Backend:
         self.replica_timeout = validate_seconds(replica_timeout, "replica_timeout")
         self.observer = observer
         self.tuning: Tuning = tuning if tuning is not None else Tuning()
+        self.replica_counts = ReplicaCounts(self.tuning)
+        """What ``min_replicas="auto"`` knows of each primary's replicas."""
         self._client = client
         self.is_cluster = cluster is not None or isinstance(client, redis.cluster.RedisCluster)
         """True when the locks live on a Redis Cluster (known without any I/O)."""

@@ -15,6 +15,7 @@ from redis.exceptions import AskError, ConnectionError, NoScriptError, ResponseE
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .ops import AwaitWakeUp, Call, CallEndingWait, Op, Pause, StartWait, Wake
+from .replication import READ_REPLICAS, resolved, wants_reading
 from .requests import (
     BACKEND_ERRORS,
     NotSent,
@@ -84,12 +85,15 @@ class SyncDriver:
         routing = Routing(request)
         while True:
             try:
+                routing.request = self._replicas_on(server, request)
                 replies = server.request(routing.commands())
             except NotSent as failed:
+                self.backend.replica_counts.lost(server.name)
                 routing.not_sent(failed)
                 server = _elsewhere(routes, key, server, failed.error)
                 continue
             except (ConnectionError, OSError) as exc:
+                self.backend.replica_counts.lost(server.name)
                 delay = routing.failed(exc)
                 if delay is None:
                     _refresh(routes)
@@ -104,6 +108,17 @@ class SyncDriver:
                 server = routes.redirected(key, server, answer.error, answer.kind)
             if answer.delay:
                 time.sleep(answer.delay)
+
+    def _replicas_on(self, server: Server, request: Request) -> Request:
+        """``request`` as it goes to ``server``: a script call whose replicas are
+        ``"auto"`` waits for as many as the server has (read when due)."""
+        if not wants_reading(request):
+            return request
+        assert isinstance(request, Call)
+        counts = self.backend.replica_counts
+        if counts.due(server.name):
+            counts.learn(server.name, server.request([READ_REPLICAS])[0])
+        return resolved(request, counts.required(server.name))
 
     # -- pipelines ----------------------------------------------------------------------
 

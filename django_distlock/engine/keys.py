@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "AUTO_REPLICAS",
     "BUCKETS",
     "ENGINE_KINDS",
     "MAX_CONTEXT_LENGTH",
@@ -38,6 +39,9 @@ __all__ = [
 MAX_NAME_LENGTH = 512
 MAX_REPLICAS = 64
 """The most replicas a lock may wait for (``min_replicas``)."""
+AUTO_REPLICAS = "auto"
+"""``min_replicas`` that waits for one replica where the lock's primary has one, and for
+none where it has none (:mod:`.replication`)."""
 MAX_CONTEXT_LENGTH = 255
 """Characters of a context label and of an owner's host and thread (the size of their
 ``LockEvent`` columns)."""
@@ -149,11 +153,21 @@ def validate_limit(value: Any, argument: str = "limit") -> int:
     return value
 
 
-def validate_replicas(value: Any, argument: str) -> int:
-    """Return ``value`` if it is a usable count of replicas to wait for (an ``int``, 0
-    to 64), else raise ``TypeError``/``ValueError`` naming ``argument``."""
+def validate_replicas(value: Any, argument: str) -> int | str:
+    """Return ``value`` if it says how many replicas to wait for (:data:`AUTO_REPLICAS`,
+    or an ``int`` from 0 to 64), else raise ``TypeError``/``ValueError`` naming
+    ``argument``."""
+    if value == AUTO_REPLICAS and isinstance(value, str):
+        return AUTO_REPLICAS
+    if isinstance(value, str):
+        raise ValueError(
+            f"{argument} must be {AUTO_REPLICAS!r} or an int from 0 to {MAX_REPLICAS}, "
+            f"not {value!r}"
+        )
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{argument} must be an int, not {type(value).__name__}")
+        raise TypeError(
+            f"{argument} must be {AUTO_REPLICAS!r} or an int, not {type(value).__name__}"
+        )
     if not 0 <= value <= MAX_REPLICAS:
         raise ValueError(f"{argument} must be between 0 and {MAX_REPLICAS}, not {value}")
     return value

@@ -117,7 +117,7 @@ class Lock(CurrentAcquisition, LockContext):
         context: str = "",
         fair: bool = False,
         raise_on_lost: bool = True,
-        min_replicas: int | None = None,
+        min_replicas: int | str | None = None,
         limit: int | None = None,
         shared: bool = False,
         reentrant: bool = False,
@@ -242,7 +242,7 @@ class Lock(CurrentAcquisition, LockContext):
             steps = after_release_of(stale, steps)
         return hold, steps
 
-    def _replicas(self, backend: Backend) -> tuple[int, int] | None:
+    def _replicas(self, backend: Backend) -> tuple[int | str, int] | None:
         count = self.min_replicas if self.min_replicas is not None else backend.min_replicas
         return (count, ms(backend.replica_timeout)) if count else None
 

@@ -45,7 +45,7 @@ def acquire_steps(
     blocking: bool,
     deadline: float | None,
     tuning: Tuning,
-    replicas: tuple[int, int] | None = None,
+    replicas: tuple[int | str, int] | None = None,
     mode: str = EXCLUSIVE,
     limit: int = 1,
     on_unreleased: Callable[[], None] | None = None,
@@ -53,9 +53,10 @@ def acquire_steps(
     """Steps to take a lock, waiting (until the monotonic ``deadline``, or forever when
     it is ``None``) if ``blocking``.
 
-    With ``replicas`` (``(count, timeout_ms)``), every attempt is followed by a ``WAIT``
-    in the same round trip; a lock taken but acknowledged by fewer replicas is given
-    back at once (:class:`NotReplicated`).
+    With ``replicas`` (``(count, timeout_ms)``, the count an int or ``"auto"``), every
+    attempt is followed by a ``WAIT`` in the same round trip (under ``"auto"``, where the
+    server has a replica); a lock taken but acknowledged by fewer replicas is given back
+    at once (:class:`NotReplicated`).
 
     A waiter blocks on a wake-up list that every release pushes to, and re-checks no
     later than the holder's lease end, so both a release and a crashed holder are
@@ -104,9 +105,11 @@ def acquire_steps(
                 # that did run answers "taken" to its own token).
                 yield Pause(tuning.failover_pause)
                 continue
-            acknowledged = None
+            unreplicated = None
             if type(reply) is Replicated:
-                reply, acknowledged = reply.reply, reply.acknowledged
+                if reply.acknowledged < reply.required and replicas is not None:
+                    unreplicated = NotReplicated(reply.acknowledged, reply.required, replicas[1])
+                reply = reply.reply
             taken = taken_reply(name, reply)
             wait.may_hold = False
             if taken is None and reply_tag(reply) == "kind":
@@ -122,11 +125,11 @@ def acquire_steps(
                     if not blocking or (deadline is not None and time.monotonic() >= deadline):
                         return NotAcquired(None)
                     continue
-                if replicas is not None and acknowledged is not None and acknowledged < replicas[0]:
+                if unreplicated is not None:
                     # Not on enough replicas: a failover now could forget it. Give it back.
                     yield from release_steps(keys, token, liveness_ms, mode)
                     wait.settle()
-                    return NotReplicated(acknowledged, replicas[0], replicas[1])
+                    return unreplicated
                 # No wait is outstanding here (a re-check after the timer ends it in the
                 # same step), the acquire script took us off the queue, and a wake-up we
                 # consumed was used: nothing to clean up or hand on.
@@ -264,7 +267,7 @@ class _Waiting:
 
 
 def _attempt_ending_wait(
-    wait: _Waiting, script: Script, args: AcquireArgs, replicas: tuple[int, int] | None
+    wait: _Waiting, script: Script, args: AcquireArgs, replicas: tuple[int | str, int] | None
 ) -> Generator[Op, Any, Any]:
     """An acquire attempt (``script``) after our timer fired: it also ends the
     outstanding ``BLPOP``, in the same round trip."""

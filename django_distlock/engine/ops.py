@@ -28,21 +28,25 @@ class Call:
 
     With ``replicas`` (a count and a timeout in ms), a ``WAIT`` follows the script on the
     same connection, in the same round trip, and the driver sends back
-    ``Replicated(reply, acknowledged)``.
+    ``Replicated(reply, acknowledged, required)``. A count of ``"auto"`` is decided by
+    the driver for the server the script reaches (:mod:`.replication`): no ``WAIT``, and
+    the plain reply, where that is 0.
     """
 
     script: Script
     keys: tuple[str, ...]
     args: tuple[str | int, ...]
-    replicas: tuple[int, int] | None = None
+    replicas: tuple[int | str, int] | None = None
 
 
 @dataclass(slots=True)
 class Replicated:
-    """A script's reply, and how many replicas acknowledged its writes (``WAIT``)."""
+    """A script's reply, how many replicas acknowledged its writes (``WAIT``) and how many
+    it waited for."""
 
     reply: Any
     acknowledged: int
+    required: int
 
 
 @dataclass(slots=True)

@@ -253,7 +253,7 @@ def answer_of(request: Request, replies: list[Any], asking: bool) -> Any:
     acknowledged = replies[-1]
     if isinstance(acknowledged, BaseException):
         return acknowledged
-    return Replicated(reply, int(acknowledged))
+    return Replicated(reply, int(acknowledged), int(request.replicas[0]))
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,6 +40,14 @@ class Tuning:
     fails then raises ``LockBackendUnavailable``."""
     failover_pause: float = 0.05
     """Seconds between two such attempts."""
+    replica_check: float = 1.0
+    """How often ``min_replicas="auto"`` reads a primary's replicas again (``INFO
+    replication``, one request per server at most this often, before the acquire that
+    finds it due)."""
+    replica_grace: float = 10.0
+    """How long ``"auto"`` keeps waiting for a replica after the server last reported
+    one: a planned failover takes the replica away from the old primary first, and the
+    old primary keeps granting until it is demoted (Sentinel does it about 10 s later)."""
     fence_memory_ms: int = field(init=False)
     waiter_liveness_ms: int = field(init=False)
 

@@ -61,3 +61,29 @@ def test_a_seeded_chaos_run_shows_no_safety_violation(config: RunConfig, tmp_pat
 
 def _check(result: RunResult) -> Report:
     return result.check()
+
+
+def test_failovers_under_min_replicas_auto_leave_no_second_holder(tmp_path: Path) -> None:
+    """Planned failovers only, the clients on the default ``MIN_REPLICAS="auto"``: the
+    old primary's grants after it lost its replica are refused (``LockNotReplicated``),
+    so no failover hands a held lock to a second client. The same seed with
+    ``min_replicas=0`` shows overlaps after the failovers (bench/failover.py)."""
+    config = RunConfig(
+        "replicated",
+        "mutex",
+        seed=2701,
+        seconds=6,
+        faults=("failover",),
+        min_replicas="auto",
+    )
+    result = run(config, tmp_path)
+    report = _check(result)
+    where = f"seed {config.seed}; replay: {result.replay()}; history in {result.directory}"
+    assert not result.errors, f"{result.errors}\n{where}"
+    failovers = [f for f in result.faults if f.kind == "failover" and "error" not in f.detail]
+    assert len(failovers) >= 2, f"{result.faults}\n{where}"
+    acquired = sum(1 for op in result.history if op.kind == "acquire" and op.outcome == "ok")
+    assert acquired >= 10, f"{acquired} holds only\n{where}"
+    lost_to_failover = {ViolationType.OVERLAP, ViolationType.OVERLAP_AFTER_FAILOVER}
+    overlaps = [v for v in report.violations if v.type in lost_to_failover]
+    assert not overlaps, "\n".join([where, *(v.message for v in overlaps[:5])])

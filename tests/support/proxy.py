@@ -179,6 +179,11 @@ class TcpProxy:
 
     # -- controls -------------------------------------------------------------------
 
+    def point_at(self, host: str, port: int) -> None:
+        """Open new connections to ``host:port`` from now on (a virtual IP moved by a
+        failover); open ones stay where they are until :meth:`cut`."""
+        self.target = (host, port)
+
     def stall(self) -> None:
         """Stop forwarding in both directions on all connections, current and new."""
 

@@ -18,7 +18,8 @@ and the history against the liveness invariants (:mod:`tests.support.liveness`),
 :meth:`RunResult.findings` merges both reports.
 
 ``python -m tests.support.chaos.runner --topology T --kind K --seed S --seconds N
-[--unfenced] [--caller-faults]`` replays a run (:func:`replay_command` prints that line).
+[--unfenced] [--caller-faults] [--faults F,...] [--min-replicas auto|N]`` replays a
+run (:func:`replay_command` prints that line).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ from tests.support.checker import Report, check
 from tests.support.history import PENDING, Operation, read_history, write_history
 from tests.support.liveness import Bounds, LivenessReport, Probe, Sample, check_liveness
 
-__all__ = ["RunConfig", "RunResult", "replay_command", "run"]
+__all__ = ["RunConfig", "RunResult", "min_replicas_option", "replay_command", "run"]
 
 _START_SECONDS = 30.0  # a client process importing Django and connecting
 _FINISH_SECONDS = 30.0  # past the run's end, for a client's last hold
@@ -70,6 +71,8 @@ class RunConfig:
     caller_faults: bool = False
     """Draw the caller's own faults and the transient server errors too (default
     kinds only; see :func:`~tests.support.chaos.nemesis.fault_kinds`)."""
+    min_replicas: int | str | None = None
+    """The clients' ``min_replicas`` (``"auto"`` or a count; default: the topology's)."""
 
     @property
     def wait_bound(self) -> float:
@@ -157,6 +160,8 @@ def replay_command(config: RunConfig) -> str:
         command += ["--faults", ",".join(config.faults)]
     if config.caller_faults:
         command.append("--caller-faults")
+    if config.min_replicas is not None:
+        command += ["--min-replicas", str(config.min_replicas)]
     return shlex.join(command)
 
 
@@ -189,7 +194,11 @@ class _ClientPool:
             seed=self.config.seed * 1000 + self._serial,
             lease=self.config.lease,
             fenced=self.config.fenced,
-            min_replicas=self.site.min_replicas,
+            min_replicas=(
+                self.site.min_replicas
+                if self.config.min_replicas is None
+                else self.config.min_replicas
+            ),
         )
         with (self.directory / f"{name}.stderr").open("w") as stderr:
             process = subprocess.Popen(
@@ -423,6 +432,11 @@ def _killed(operations: list[Operation], killed_at: float) -> list[Operation]:
     ]
 
 
+def min_replicas_option(value: str) -> int | str:
+    """``--min-replicas``: ``auto`` or a count."""
+    return value if value == "auto" else int(value)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Replay one run and print its faults and a summary of its history."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -434,6 +448,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--unfenced", action="store_true")
     parser.add_argument("--faults", help="comma-separated fault kinds (default: all)")
     parser.add_argument("--caller-faults", action="store_true", help="draw the caller's faults too")
+    parser.add_argument(
+        "--min-replicas", type=min_replicas_option, help="'auto' or a count (default: the site's)"
+    )
     options = parser.parse_args(argv)
     config = RunConfig(
         topology=options.topology,
@@ -444,6 +461,7 @@ def main(argv: list[str] | None = None) -> None:
         fenced=not options.unfenced,
         faults=tuple(options.faults.split(",")) if options.faults else None,
         caller_faults=options.caller_faults,
+        min_replicas=options.min_replicas,
     )
     result = run(config)
     for fault in result.faults:

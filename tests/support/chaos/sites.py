@@ -11,7 +11,7 @@ chosen by the nemesis' seeded schedule):
   and the transient errors (:data:`TRANSIENT_FAULTS`, drawn only when a run asks for
   the caller's faults): server-busy, server-loading;
 - ``replicated``: a primary (behind a proxy) and 2 replicas, locks with
-  ``min_replicas=1``; the faults of ``single``, replica-pause, replica-kill;
+  ``min_replicas=1``; the faults of ``single``, replica-pause, replica-kill, failover;
 - ``sentinel``: a primary, a replica, 3 Sentinels; server-pause, replica-pause, failover,
   client-kill-connections, maxmemory;
 - ``cluster``: 3 primaries with a replica each; server-pause, replica-pause, failover,
@@ -27,7 +27,11 @@ nothing is lost. Neither is injected on Sentinel or Cluster, whose failure detec
 
 ``server-restart`` empties the server (data lives in memory only): the locks it held
 vanish, so a double holder until the old holder learns of it is expected (fences keep
-storage safe). ``failover`` is graceful (``SENTINEL FAILOVER``, ``CLUSTER FAILOVER``);
+storage safe). ``failover`` is graceful (``SENTINEL FAILOVER``, ``CLUSTER FAILOVER``;
+on ``replicated``, what a failover behind a virtual IP or DNS name does: a replica
+promoted with ``REPLICAOF NO ONE``, the other replica moved to it, new connections sent
+to it while open ones still reach the old primary for 0.2-1 s, then the old primary
+demoted and those connections cut);
 ``primary-crash`` SIGKILLs a cluster primary, waits for its replica's promotion and
 restarts it as a replica (writes not yet replicated are lost).
 """
@@ -307,7 +311,7 @@ class ReplicatedSite(_Proxied):
     name = "replicated"
     min_replicas = 1
     transient_kinds = TRANSIENT_FAULTS
-    fault_kinds = (*SingleSite.fault_kinds, "replica-pause", "replica-kill")
+    fault_kinds = (*SingleSite.fault_kinds, "replica-pause", "replica-kill", "failover")
 
     def start(self) -> ReplicatedSite:
         self.setup = ReplicatedSetup(replicas=2, extra_args=DEBUG_ARGS).start()
@@ -335,6 +339,24 @@ class ReplicatedSite(_Proxied):
         target, detail = super()._server_restart(duration, rng)
         self.setup.wait_in_sync()
         return target, detail
+
+    def _failover(self, duration: float, rng: random.Random) -> tuple[str, str]:
+        setup = self.setup
+        old = setup.primary
+        index = rng.randrange(len(setup.replicas))
+        new = setup.replicas[index]
+        switch = round(rng.uniform(0.2, 1.0), 3)
+        new.promote()  # takes writes now; the old primary still does too, until cut off
+        for replica in setup.replicas:
+            if replica is not new:
+                replica.replicate(new)
+        self.proxy.point_at(HOST, new.port)
+        time.sleep(switch)  # clients already connected still reach the old primary
+        old.replicate(new)  # demoted: writes refused, blocked waiters ended (UNBLOCKED)
+        self.proxy.cut()
+        setup.primary, setup.replicas[index] = new, old
+        setup.wait_in_sync()
+        return f"port {old.port}", f"replica port {new.port} promoted, old cut off {switch} s later"
 
 
 class SentinelSite(ChaosSite):

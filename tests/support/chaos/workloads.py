@@ -123,7 +123,7 @@ def client_spec(
     seed: int,
     lease: float,
     fenced: bool,
-    min_replicas: int = 0,
+    min_replicas: int | str = 0,
 ) -> dict[str, Any]:
     """The JSON spec of one client process."""
     if kind not in KINDS:
