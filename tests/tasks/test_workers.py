@@ -5,6 +5,7 @@ worker, and ``unique_while_queued`` under concurrent enqueues."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import io
 import json
 import threading
@@ -13,6 +14,7 @@ import time
 import pytest
 from django.core.management import call_command
 from django.db import connections
+from django.utils import timezone
 
 from django_distlock.engine import LockNotAcquired
 from django_distlock.locks import distlock
@@ -183,6 +185,22 @@ def test_a_killed_workers_claim_frees_the_name_at_its_lease_end(workers, note_cl
     fresh = locked_tasks.unique.enqueue(key, seconds=0)
     assert fresh.id != doomed.id
     finished([fresh])
+    assert [run["id"] for run in runs(note_client, key)] == [fresh.id]
+
+
+@pytest.mark.parametrize("status", ["FAILED", "SUCCESSFUL"])
+def test_a_claim_whose_result_is_finished_is_dropped_at_the_next_enqueue(note_client, key, status):
+    from django_tasks_db.models import DBTaskResult
+
+    # Queued for later, then finished by hand (an operator, or a run that failed before
+    # its body ran): its claim is not given back by any run.
+    later = timezone.now() + datetime.timedelta(hours=1)
+    stuck = locked_tasks.unique.using(run_after=later).enqueue(key)
+    DBTaskResult.objects.filter(id=stuck.id).update(status=status, finished_at=timezone.now())
+    fresh = locked_tasks.unique.enqueue(key, seconds=0)
+    assert fresh.id != stuck.id
+    finished([fresh])
+    assert fresh.status == "SUCCESSFUL"
     assert [run["id"] for run in runs(note_client, key)] == [fresh.id]
 
 
