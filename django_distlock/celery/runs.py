@@ -18,7 +18,8 @@ from ..engine import (
     LockNotAcquired,
     TaskClaims,
 )
-from ..locked_runs import end_run, holder_of, run_label, run_lock
+from ..locked_runs import end_run, holder_of, lease_of, run_label, run_lock
+from ..waiting_claims import waiting
 from .locking import NEEDS_LOCKED_TASK, NEEDS_LOCKED_TASK_HINT, Locking
 
 __all__ = ["COPY_WAIT", "DEFAULT_VISIBILITY_TIMEOUT", "Run", "logger", "skipped_result"]
@@ -104,7 +105,12 @@ class Run:
             if lock.acquire(blocking_timeout=COPY_WAIT):
                 return True
             self._put_back(claims)
-        return wait != 0 and lock.acquire(blocking_timeout=wait)
+        if wait == 0:
+            return False
+        # Waiting: the claim is held as waiting meanwhile, renewed by this worker, so
+        # that a killed worker's claim ends one lease later.
+        with waiting(claims, lease_of(lock)):
+            return lock.acquire(blocking_timeout=wait)
 
     def _put_back(self, claims: TaskClaims) -> NoReturn:
         """Send this copy back to the queue to run after the holder's lease (a holder

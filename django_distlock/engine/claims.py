@@ -5,11 +5,13 @@ Beside each lock (same bucket, so one script touches them with the lock key), na
 for the Celery integration (``celery-``); the Django tasks one uses ``tasks-`` (see
 ``TaskClaims(namespace=...)``):
 
-- ``PREFIX{bb}:celery-claim:NAME``, a string ``q:<task id>`` while that task is queued or
-  ``r:<task id>`` while it runs. Publishing another task with the same lock name is
-  refused while it exists. A queued claim expires (a message lost from the queue frees
-  the name); a running one also counts as free once the lock itself is gone, so a worker
-  killed mid-run frees it at the lock's lease end.
+- ``PREFIX{bb}:celery-claim:NAME``, a string ``q:<task id>`` while that task is queued,
+  ``w:<task id>`` while its run waits for the lock, or ``r:<task id>`` while it runs
+  holding the lock. Publishing another task with the same lock name is refused while it
+  exists. A queued claim expires (a message lost from the queue frees the name); a
+  waiting one lasts one lease of the lock, renewed by the waiting worker; a running one
+  also counts as free once the lock itself is gone. So a worker killed while its run
+  waits or runs frees the name at the end of a lease.
 - ``PREFIX{bb}:celery-done:NAME``, a sorted set of the task ids whose run ended, scored by
   when they may be forgotten (server ms): a copy of the message delivered again (the
   broker's ``visibility_timeout`` ran out while the task ran) is acknowledged without
@@ -43,6 +45,7 @@ __all__ = [
     "FINISH",
     "PASS",
     "START",
+    "WAIT",
     "TaskClaims",
     "current_holder",
 ]
@@ -53,24 +56,47 @@ CLAIM = Script(
 -- KEYS[1] the name's claim   KEYS[2] the lock
 -- ARGV[1] task id   ARGV[2] how long a queued claim lasts (ms)
 -- Takes the claim for a task about to be published, or keeps it for the same task id
--- (a retry publishes the task again under its id).
--- returns: nothing when the task id holds the claim now, else the id of the queued task,
--- or of the running task whose lock is held, that holds it
+-- (a retry publishes the task again under its id: a waiting run's claim becomes queued).
+-- returns: nothing when the task id holds the claim now, else the id of the queued or
+-- waiting task, or of the running task whose lock is held, that holds it
 local current = redis.call('GET', KEYS[1])
 if current then
   local id = string.sub(current, 3)
+  local state = string.sub(current, 1, 1)
   if id == ARGV[1] then
-    if string.sub(current, 1, 1) == 'q' and redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+    if state == 'w' then
+      redis.call('SET', KEYS[1], 'q:' .. id, 'PX', ARGV[2])
+    elseif state == 'q' and redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
       redis.call('PEXPIRE', KEYS[1], ARGV[2])
     end
     return false
   end
-  if string.sub(current, 1, 1) == 'q' or redis.call('EXISTS', KEYS[2]) == 1 then
+  if state ~= 'r' or redis.call('EXISTS', KEYS[2]) == 1 then
     return id
   end
 end
 redis.call('SET', KEYS[1], 'q:' .. ARGV[1], 'PX', ARGV[2])
 return false
+""",
+)
+
+WAIT = Script(
+    "task_claim_wait",
+    r"""
+-- KEYS[1] the name's claim
+-- ARGV[1] task id   ARGV[2] the lock's lease (ms)   ARGV[3] 'mark' or 'renew'
+-- A run of the task is about to wait for its lock ('mark'): its claim becomes waiting
+-- for one lease, unless another task holds it; its worker renews it while it waits
+-- ('renew': only a waiting claim still the task's).
+-- returns 1 if the claim is the task's and waiting now, else 0
+local current = redis.call('GET', KEYS[1])
+local waiting = 'w:' .. ARGV[1]
+local ours = not current or string.sub(current, 3) == ARGV[1]
+if current == waiting or (ARGV[3] == 'mark' and ours) then
+  redis.call('SET', KEYS[1], waiting, 'PX', ARGV[2])
+  return 1
+end
+return 0
 """,
 )
 
@@ -180,6 +206,21 @@ class TaskClaims:
         run, so this delivery is a copy that must not run."""
         reply = self.driver.call(Call(START, (self.claim, self.done), (self.task_id, ms(lasts))))
         return int(reply) == 0
+
+    def wait(self, lease: float) -> bool:
+        """A run of the task is about to wait for the lock: mark its claim waiting for
+        ``lease`` seconds (the lock's lease; renew it with :meth:`still_waiting` while the
+        wait lasts). ``False`` if another task holds the claim."""
+        return self._wait(lease, "mark")
+
+    def still_waiting(self, lease: float) -> bool:
+        """Renew the waiting claim of :meth:`wait` for ``lease`` seconds; ``False`` if it
+        is no longer the task's waiting claim (it lapsed, or ended)."""
+        return self._wait(lease, "renew")
+
+    def _wait(self, lease: float, mode: str) -> bool:
+        reply = self.driver.call(Call(WAIT, (self.claim,), (self.task_id, ms(lease), mode)))
+        return int(reply) == 1
 
     def finish(self, *, requeued: bool, lasts: float) -> None:
         """The run of the task ended (remember it for ``lasts`` seconds), or it was

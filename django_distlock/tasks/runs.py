@@ -16,7 +16,8 @@ from ..engine import (
     LockNotAcquired,
     TaskClaims,
 )
-from ..locked_runs import end_run, holder_of, run_label, run_lock
+from ..locked_runs import end_run, holder_of, lease_of, run_label, run_lock
+from ..waiting_claims import start_waiting, stop_waiting, waiting
 from .options import Locking
 from .queueing import PENDING_TIMEOUT, claim_lasts, claims_for, hand_over, placeholder
 
@@ -57,8 +58,16 @@ class Run:
             self.claims = claims_for(self.name, result.id)
 
     def begin(self) -> bool:
-        """Take the lock for the body; ``False`` if it stayed busy (see :meth:`busy`)."""
-        if not self.lock.acquire(blocking_timeout=self.locking.wait):
+        """Take the lock for the body; ``False`` if it stayed busy (see :meth:`busy`).
+        A run that waits for it holds its claim as waiting meanwhile (renewed by this
+        worker, so that a killed worker's claim ends one lease later)."""
+        wait = self.locking.wait
+        if self.claims is None or wait == 0:
+            acquired = self.lock.acquire(blocking_timeout=wait)
+        else:
+            with waiting(self.claims, lease_of(self.lock)):
+                acquired = self.lock.acquire(blocking_timeout=wait)
+        if not acquired:
             return False
         try:
             self._start()
@@ -69,7 +78,18 @@ class Run:
 
     async def abegin(self) -> bool:
         """:meth:`begin` for an ``async def`` task (the lock belongs to the calling task)."""
-        if not await self.lock.aacquire(blocking_timeout=self.locking.wait):
+        wait = self.locking.wait
+        if self.claims is None or wait == 0:
+            acquired = await self.lock.aacquire(blocking_timeout=wait)
+        else:
+            kept = await sync_to_async(start_waiting, thread_sensitive=False)(
+                self.claims, lease_of(self.lock)
+            )
+            try:
+                acquired = await self.lock.aacquire(blocking_timeout=wait)
+            finally:
+                stop_waiting(kept)
+        if not acquired:
             return False
         try:
             await sync_to_async(self._start, thread_sensitive=False)()
@@ -147,7 +167,7 @@ class Run:
                 task.backend,
             )
             return None
-        cap = self.lock.timeout or self.lock.backend.timeout
+        cap = lease_of(self.lock)
         delay = min(max(self.lock.retry_after or 0.0, 0.0), cap)
         later = task.using(run_after=timezone.now() + datetime.timedelta(seconds=delay))
 

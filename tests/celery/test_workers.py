@@ -19,7 +19,7 @@ from django_distlock.models import HeldLock
 from tests.support import celery_app as tasks
 from tests.support.celery_app import BEAT_ENV_VAR
 from tests.support.celery_workers import CeleryProcess
-from tests.support.engine import wait_until
+from tests.support.engine import lock_waiters, wait_until
 
 RESULT_TIMEOUT = 30
 
@@ -139,15 +139,6 @@ def test_retry_respects_max_retries(workers, note_client, key):
     assert f"could not acquire lock 'retry:{key}'" in str(error)
     assert note_client.llen(f"retries:{result.id}") == 1
     assert runs_of(note_client, key) == []
-
-
-def lock_waiters(client) -> int:
-    """Clients blocked waiting for a lock (``BLPOP``; the workers wait for messages with
-    ``BRPOP``). Blocked now (flag ``b``): an idle wait connection back in its pool still
-    shows ``BLPOP`` as its last command."""
-    return sum(
-        1 for entry in client.client_list() if entry["cmd"] == "blpop" and "b" in entry["flags"]
-    )
 
 
 def test_wait_runs_once_the_holder_lets_go(workers, key, redis_server):

@@ -174,6 +174,13 @@ def unique(key: str, seconds: float = 0.0) -> dict[str, Any]:
     return _body(key, seconds)
 
 
+@app.task(base=LockedTask)
+@locked_task("unique-wait:{key}", on_busy="wait", unique_while_queued=True, timeout=1.5)
+def unique_wait(key: str, seconds: float = 0.0) -> dict[str, Any]:
+    """Never queued twice for one key, and waits for its lock as long as it takes."""
+    return _body(key, seconds)
+
+
 class UniqueByClass(LockedTask):
     """The same as :func:`unique`, configured by class attributes."""
 

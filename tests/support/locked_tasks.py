@@ -108,6 +108,13 @@ def unique(context: Any, key: str, seconds: float = 0.2) -> dict[str, Any]:
     return _body(key, seconds, f"unique:{key}", context.task_result.id)
 
 
+@locked_task("unique:{key}", on_busy="wait", unique_while_queued=True, timeout=1.5)
+@task(backend="db", takes_context=True)
+async def async_unique(context: Any, key: str, seconds: float = 0.2) -> dict[str, Any]:
+    """:func:`unique` as an ``async def`` task (the same lock name and claim)."""
+    return await asyncio.to_thread(_body, key, seconds, f"unique:{key}", context.task_result.id)
+
+
 @locked_task("unique-defer:{key}", on_busy="defer", unique_while_queued=True, timeout=1)
 @task(backend="db", takes_context=True)
 def unique_defer(context: Any, key: str, seconds: float = 0.02) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from django_distlock.locks import distlock
 from django_distlock.models import HeldLock
 from django_distlock.tasks import DEFERRED, SKIPPED
 from tests.support import locked_tasks
+from tests.support.engine import lock_waiters
 
 pytestmark = [
     pytest.mark.django_db(databases=["default", "tasks"], transaction=True),
@@ -186,6 +187,31 @@ def test_a_killed_workers_claim_frees_the_name_at_its_lease_end(workers, note_cl
     assert fresh.id != doomed.id
     finished([fresh])
     assert [run["id"] for run in runs(note_client, key)] == [fresh.id]
+
+
+@pytest.mark.parametrize("task", ["unique", "async_unique"])
+def test_a_worker_killed_while_its_run_waits_frees_the_name_one_lease_later(
+    workers, note_client, redis_server, key, task
+):
+    task = getattr(locked_tasks, task)
+    client = redis_server.client()
+    with distlock(f"unique:{key}", timeout=60):
+        doomed = task.enqueue(key)
+        wait_until(lambda: lock_waiters(client) == 1)
+        doomed.refresh()
+        (worker,) = [worker for worker in workers if worker.name in doomed.worker_ids]
+        assert task.enqueue(key).id == doomed.id  # waiting: it holds the name
+        worker.kill()
+        killed_at = time.monotonic()
+        # Its claim lasts one lease of the lock (1.5 s) after its last renewal, whether
+        # the lock is held or not; until then the dead run is returned.
+        while (fresh := task.enqueue(key, seconds=0)).id == doomed.id:
+            assert time.monotonic() - killed_at < 1.5 + 0.5, "still refused"
+            time.sleep(0.05)
+    finished([fresh])
+    assert fresh.status == "SUCCESSFUL"
+    assert [run["id"] for run in runs(note_client, key)] == [fresh.id]
+    client.close()
 
 
 @pytest.mark.parametrize("status", ["FAILED", "SUCCESSFUL"])
