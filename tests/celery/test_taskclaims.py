@@ -74,6 +74,41 @@ def test_a_running_claim_holds_while_the_lock_is_held_and_frees_when_it_is_gone(
     assert claims(backend, "b").take(60) is None
 
 
+def test_a_waiting_claim_lasts_one_lease_unless_its_worker_renews_it(backend, redis_client):
+    run = claims(backend, "a")
+    assert run.take(60) is None
+    assert run.wait(0.2)
+    claim = keys().beside("celery-claim")
+    assert redis_client.get(claim) == b"w:a"
+    assert 0 < redis_client.pttl(claim) <= 200
+    # The lock is free (between two holders), yet the waiting run holds the name.
+    assert claims(backend, "b").take(60) == "a"
+    time.sleep(0.15)
+    assert run.still_waiting(0.2)
+    time.sleep(0.15)
+    assert claims(backend, "b").take(60) == "a"
+    time.sleep(0.1)  # not renewed for a lease: a killed worker's claim is gone
+    assert not run.still_waiting(0.2)
+    assert claims(backend, "b").take(60) is None
+    assert not run.wait(0.2)  # another task's claim is left alone
+    assert redis_client.get(claim) == b"q:b"
+
+
+def test_a_waiting_claim_turns_running_or_queued_again(backend, redis_client):
+    run = claims(backend, "a")
+    claim = keys().beside("celery-claim")
+    assert run.wait(5)
+    assert run.take(60) is None  # a retry of the waiting run: queued again
+    assert redis_client.get(claim) == b"q:a"
+    assert 59_000 < redis_client.pttl(claim) <= 60_000
+    assert not run.still_waiting(5)  # renewing it no more
+    assert redis_client.get(claim) == b"q:a"
+    assert run.wait(5)
+    hold_lock(redis_client, "a")
+    assert run.start(60)  # it got the lock
+    assert redis_client.get(claim) == b"r:a"
+
+
 def test_a_run_does_not_start_twice(backend, redis_client):
     run = claims(backend, "a")
     hold_lock(redis_client, "a")
@@ -158,6 +193,8 @@ async def test_every_script_runs_on_a_cluster(cluster_setup):
             assert run.take(60) is None
             assert TaskClaims(backend, name, "b").take(60) == "a"
             assert not run.held_by_a_run()
+            assert run.wait(1)
+            assert run.still_waiting(1)
             assert run.start(60)
             assert run.defer_once(1)
             run.finish(requeued=False, lasts=60)
