@@ -8,10 +8,13 @@ import asyncio
 import datetime
 import io
 import json
+import os
+import random
 import threading
 import time
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.core.management import call_command
 from django.db import connections
 from django.utils import timezone
@@ -263,3 +266,66 @@ async def test_aenqueue_is_unique_too(key):
     assert second.id == first.id
     await asyncio.to_thread(finished, [first])
     assert first.status == "SUCCESSFUL"
+
+
+CLAIM_FAULTS = ("kill a waiting run", "kill a running run", "finish a queued result by hand")
+
+
+def test_randomized_claim_faults_never_refuse_an_enqueue_past_one_lease(
+    workers, note_client, redis_server, key
+):
+    """Rounds of faults drawn from a seed (``DISTLOCK_TEST_SEED`` replays one): after each,
+    the dead or finished owner's claim refuses enqueues (sync or async, drawn too) for at
+    most one lease of the lock (1.5 s) plus the polling's slack."""
+    seed = int(os.environ.get("DISTLOCK_TEST_SEED") or random.randrange(2**32))
+    rng = random.Random(seed)
+    client = redis_server.client()
+    for round_ in range(4):
+        fault = rng.choice(CLAIM_FAULTS)
+        task = rng.choice([locked_tasks.unique, locked_tasks.async_unique])
+        round_key = f"{key}-{round_}"
+        where = f"seed {seed}, round {round_}: {fault}"
+        holder = distlock(f"unique:{round_key}", timeout=60)
+        if fault == "finish a queued result by hand":
+            from django_tasks_db.models import DBTaskResult
+
+            later = timezone.now() + datetime.timedelta(hours=1)
+            owner = task.using(run_after=later).enqueue(round_key)
+            status = rng.choice(["FAILED", "SUCCESSFUL"])
+            DBTaskResult.objects.filter(id=owner.id).update(
+                status=status, finished_at=timezone.now()
+            )
+        else:
+            if fault == "kill a waiting run":
+                holder.acquire()
+                owner = task.enqueue(round_key, seconds=30)
+                wait_until(lambda: lock_waiters(client) == 1)
+            else:
+                owner = task.enqueue(round_key, seconds=30)
+                wait_until(lambda key=round_key: note_client.get(f"running:{key}") == "1")
+            owner.refresh()
+            (worker,) = [worker for worker in workers if worker.name in owner.worker_ids]
+            assert task.enqueue(round_key).id == owner.id, where
+            time.sleep(rng.uniform(0, 0.5))
+            worker.kill()
+        ended = time.monotonic()
+        release_after = rng.uniform(0, 2.5)
+        while True:
+            if holder.held and time.monotonic() - ended > release_after:
+                holder.release()
+            if rng.random() < 0.5:
+                fresh = task.enqueue(round_key, seconds=0)
+            else:
+                fresh = async_to_sync(task.aenqueue)(round_key, seconds=0)
+            if fresh.id != owner.id:
+                break
+            assert time.monotonic() - ended < 1.5 + 0.5, f"{where}: still refused"
+            time.sleep(0.05)
+        if holder.held:
+            holder.release()
+        for worker in workers:
+            if worker.process.poll() is not None:
+                worker.start()
+        finished([fresh])
+        assert fresh.status == "SUCCESSFUL", where
+    client.close()
