@@ -16,6 +16,10 @@ for the Celery integration (``celery-``); the Django tasks one uses ``tasks-`` (
   when they may be forgotten (server ms): a copy of the message delivered again (the
   broker's ``visibility_timeout`` ran out while the task ran) is acknowledged without
   running.
+- ``PREFIX{bb}:celery-deferral:NAME``, a hash of the put-off copies of busy runs
+  (Celery's ``retry``, the tasks' ``defer``), by copy id: ``p`` while the copy waits for
+  its time, ``s`` once an early copy was queued in its place because the lock was
+  released (the put-off copy then ends without running).
 - ``PREFIX{bb}:celery-defer:NAME``, the id of a task whose redelivered copy was put back
   on the queue to run after the lock's lease, for a few seconds: other copies delivered
   meanwhile are dropped rather than all put back.
@@ -28,7 +32,7 @@ prefix.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .io import SyncDriver
 from .keys import LockKeys
@@ -42,6 +46,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLAIM",
+    "DEFERRAL",
     "FINISH",
     "PASS",
     "START",
@@ -170,12 +175,43 @@ return 0
 )
 
 
+DEFERRAL = Script(
+    "task_deferral",
+    r"""
+-- KEYS[1] the name's put-off copies (a hash: copy id -> 'p' waiting, 's' served early)
+-- ARGV[1] copy id   ARGV[2] 'park', 'serve', 'unserve' or 'take'
+-- ARGV[3] with 'park': how long the record lasts at least (ms)
+-- park: the copy is queued to run later; serve: an early copy is about to be queued in
+-- its place (only if it still waits); unserve: that early copy could not be queued;
+-- take: the copy runs now (its record goes).
+-- returns park, serve, unserve: 1 if done, else 0; take: the copy's state, or ''
+local state = redis.call('HGET', KEYS[1], ARGV[1])
+local mode = ARGV[2]
+if mode == 'park' then
+  redis.call('HSET', KEYS[1], ARGV[1], 'p')
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  end
+  return 1
+elseif mode == 'take' then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  return state or ''
+end
+local from, to = 'p', 's'
+if mode == 'unserve' then from, to = 's', 'p' end
+if state ~= from then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], to)
+return 1
+""",
+)
+
+
 class TaskClaims:
     """The claims of task ``task_id`` on lock ``name`` of ``backend`` (see the module's
     docstring); ``namespace`` names the keys (``"celery"``: ``celery-claim``, ...), one per
     integration."""
 
-    __slots__ = ("claim", "defer", "done", "driver", "lock", "name", "task_id")
+    __slots__ = ("claim", "defer", "deferral", "done", "driver", "lock", "name", "task_id")
 
     def __init__(
         self, backend: Backend, name: str, task_id: str, *, namespace: str = "celery"
@@ -187,6 +223,7 @@ class TaskClaims:
         self.claim = keys.beside(f"{namespace}-claim")
         self.done = keys.beside(f"{namespace}-done")
         self.defer = keys.beside(f"{namespace}-defer")
+        self.deferral = keys.beside(f"{namespace}-deferral")
         self.driver = SyncDriver(backend, name)
 
     def take(self, lasts: float) -> str | None:
@@ -240,6 +277,29 @@ class TaskClaims:
         longer this task's."""
         reply = self.driver.call(Call(PASS, (self.claim,), (self.task_id, task_id, ms(lasts))))
         return int(reply) == 1
+
+    def park(self, lasts: float) -> None:
+        """The task (a put-off copy of a busy run, its id the copy's) is queued to run
+        later; remember it for at least ``lasts`` seconds."""
+        self._deferral("park", ms(lasts))
+
+    def serve_early(self) -> bool:
+        """The lock was released before the parked copy's time: ``True`` if it still
+        waits, and is marked served (queue an early copy now, or :meth:`unserve`)."""
+        return int(self._deferral("serve")) == 1
+
+    def unserve(self) -> None:
+        """The early copy of :meth:`serve_early` could not be queued: the parked copy
+        runs at its time after all."""
+        self._deferral("unserve")
+
+    def take_parked(self) -> str:
+        """The parked copy runs now: ``"s"`` if an early copy was queued in its place (it
+        must not run), ``"p"`` if not (none will be), ``""`` if it was never parked."""
+        return decode(self._deferral("take"))
+
+    def _deferral(self, mode: str, lasts_ms: int = 0) -> Any:
+        return self.driver.call(Call(DEFERRAL, (self.deferral,), (self.task_id, mode, lasts_ms)))
 
     def defer_once(self, lasts: float) -> bool:
         """``True`` if no other copy of the task was put back in the last ``lasts``

@@ -98,6 +98,8 @@ def _locked(
         # A task taking the context is called with it: its TaskResult is there.
         result = args[0].task_result if takes_context else running_result(run)
         this = Run(locking, result, func, args, kwargs)
+        if this.served_early():
+            return this.ran_early()
         if not this.begin():
             return this.busy()
         try:
@@ -123,6 +125,8 @@ def _alocked(
     async def run(*args: Any, **kwargs: Any) -> Any:
         result = args[0].task_result if takes_context else running_result(run)
         this = Run(locking, result, func, args, kwargs)
+        if await sync_to_async(this.served_early, thread_sensitive=False)():
+            return this.ran_early()
         if not await this.abegin():
             return await sync_to_async(this.busy, thread_sensitive=True)()
         try:

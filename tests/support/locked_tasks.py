@@ -94,6 +94,14 @@ def defer_if_busy(context: Any, key: str, seconds: float = 0.02) -> dict[str, An
     return _body(key, seconds, f"defer:{key}", context.task_result.id)
 
 
+@locked_task("need:{key}", on_busy="defer", timeout=30)
+@task(backend="db", takes_context=True)
+def defer_by_need(context: Any, key: str, seconds: float = 0.02) -> dict[str, Any]:
+    """Put off while another run holds the lock (a lease of 30 s: queued again once the
+    holder lets go, long before the lease would end)."""
+    return _body(key, seconds, f"need:{key}", context.task_result.id)
+
+
 @locked_task("bounded:{key}", on_busy="wait", blocking_timeout=0.3)
 @task(backend="db")
 def wait_briefly(key: str, seconds: float = 0.02) -> dict[str, Any]:

@@ -126,6 +126,36 @@ def test_defer_queues_the_task_again_after_the_holders_lease(note_client, key):
     assert again.kwargs == {}
 
 
+def test_a_deferred_run_runs_soon_after_the_holder_lets_go_not_at_its_lease_end(
+    workers, note_client, key
+):
+    first = locked_tasks.defer_by_need.enqueue(key, seconds=1.0)
+    wait_until(lambda: note_client.get(f"running:{key}") == "1")
+    second = locked_tasks.defer_by_need.enqueue(key)
+    finished([second])
+    assert second.return_value == DEFERRED
+    # Put off by the holder's lease (30 s) at most, and queued again once it let go.
+    wait_until(lambda: note_client.llen(f"runs:{key}") == 2, timeout=5)
+    held, after = sorted(runs(note_client, key), key=lambda run: run["started"])
+    assert held["id"] == first.id
+    assert 0 <= after["started"] - held["ended"] < 1.0
+    from django_tasks_db.models import DBTaskResult
+
+    (late,) = [
+        row
+        for row in DBTaskResult.objects.filter(task_path=locked_tasks.defer_by_need.module_path)
+        if row.args_kwargs["args"] == [key]
+        and str(row.id) not in (first.id, second.id, after["id"])
+    ]
+    assert after["id"] not in (first.id, second.id)  # the early copy, queued at release
+    # The copy queued for the lease's end ends without running when its time comes.
+    assert late.status == "READY"
+    DBTaskResult.objects.filter(id=late.id).update(run_after=timezone.now())
+    (late_result,) = finished([locked_tasks.defer_by_need.get_result(str(late.id))])
+    assert late_result.return_value == DEFERRED
+    assert note_client.llen(f"runs:{key}") == 2
+
+
 def test_wait_up_to_blocking_timeout_then_fail(key):
     first = locked_tasks.wait_briefly.enqueue(key, seconds=1.5)
     wait_until(lambda: distlock(f"bounded:{key}").locked())
