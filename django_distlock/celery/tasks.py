@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, ParamSpec, TypeVar
 
 from celery import Task, current_task
+from celery.exceptions import Ignore
 from celery.result import AsyncResult
 from celery.signals import task_revoked
 from kombu.utils.uuid import uuid
@@ -102,6 +103,8 @@ def _locked(func: Callable[P, R], locking: Locking) -> Callable[P, R]:
         task = _task_running(run, args)
         claims = isinstance(task, LockedTask)
         this = Run(locking, task, func, args, kwargs, claims_published=claims)
+        if this.served_early():
+            raise Ignore
         if not this.begin():
             return this.busy()
         try:

@@ -242,11 +242,14 @@ class Run:
             return hand_over(claims_for(self.name, standin), early, lasts, enqueue)
 
         label = run_label(PREFIX, early.module_path, queued.id)
-        serve_when_free(
-            Parked(parked, time.monotonic() + delay, queue_early, label),
-            lease_of(self.lock),
-            f"{PREFIX}{label} put off",
-        )
+        try:
+            serve_when_free(
+                Parked(parked, time.monotonic() + delay, queue_early, label),
+                lease_of(self.lock),
+                f"{PREFIX}{label} put off",
+            )
+        except LockError as error:
+            logger.warning("%s runs in %.3gs: %s", label, delay, error)
 
     def _finish(self) -> None:
         # No done record (Celery's guard against a message delivered twice): a task

@@ -137,6 +137,13 @@ def retry_capped(key: str, seconds: float = 0.0) -> dict[str, Any]:
     return _body(key, seconds)
 
 
+@app.task(max_retries=None)
+@locked_task("need:{key}", on_busy="retry", max_retry_countdown=3)
+def retry_by_need(key: str, seconds: float = 0.0) -> dict[str, Any]:
+    """Retried as soon as the holder lets go, 3 s later at most."""
+    return _body(key, seconds)
+
+
 @app.task(max_retries=1)
 @locked_task("retry:{key}", on_busy="retry", max_retry_countdown=0.2)
 def retry_once(key: str) -> dict[str, Any]:
