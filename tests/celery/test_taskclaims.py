@@ -109,6 +109,31 @@ def test_a_waiting_claim_turns_running_or_queued_again(backend, redis_client):
     assert redis_client.get(claim) == b"r:a"
 
 
+def test_a_parked_copy_is_served_early_once_or_runs_at_its_time(backend, redis_client):
+    deferral = keys().beside("celery-deferral")
+    late = claims(backend, "a:2")
+    late.park(60)
+    assert redis_client.hget(deferral, "a:2") == b"p"
+    other = claims(backend, "b:1")
+    other.park(1)
+    assert redis_client.pttl(deferral) > 59_000  # parking never shortens the record
+    assert late.serve_early()  # the lock was released: an early copy is queued
+    assert not late.serve_early()  # once
+    assert late.take_parked() == "s"  # its time came: it must not run
+    assert redis_client.hget(deferral, "a:2") is None
+    # Run at its time before being served: no early copy is queued for it.
+    assert other.take_parked() == "p"
+    assert not other.serve_early()
+    assert other.take_parked() == ""  # never parked (or already run)
+    # An early copy that could not be queued: the parked copy runs at its time after all.
+    third = claims(backend, "c:1")
+    third.park(1)
+    assert third.serve_early()
+    third.unserve()
+    assert third.take_parked() == "p"
+    assert not redis_client.exists(deferral)  # nothing parked is left
+
+
 def test_a_run_does_not_start_twice(backend, redis_client):
     run = claims(backend, "a")
     hold_lock(redis_client, "a")
@@ -195,6 +220,9 @@ async def test_every_script_runs_on_a_cluster(cluster_setup):
             assert not run.held_by_a_run()
             assert run.wait(1)
             assert run.still_waiting(1)
+            run.park(1)
+            assert run.serve_early()
+            assert run.take_parked() == "s"
             assert run.start(60)
             assert run.defer_once(1)
             run.finish(requeued=False, lasts=60)
