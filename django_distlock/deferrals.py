@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.db import close_old_connections
+from django.db import connections
 
 from .engine import LockError, TaskClaims
 from .locks import distlock
@@ -54,7 +54,8 @@ def serve_when_free(parked: Parked, lease: float, context: str) -> None:
     is its context label."""
     delay = max(parked.due - time.monotonic(), 0.0)
     parked.claims.park(delay + PARKED_FOR)
-    _watcher(parked.claims.name, lease, context).add(parked)
+    with _watchers_lock:  # not between a watcher's last look and its leaving
+        _watcher(parked.claims.name, lease, context).add(parked)
 
 
 class _Watcher:
@@ -114,7 +115,7 @@ class _Watcher:
                     )
                     time.sleep(min(max(wait, 0.0), 1.0))
         finally:
-            close_old_connections()
+            connections.close_all()  # this thread's own
 
 
 def _serve(parked: Parked) -> None:
