@@ -61,8 +61,10 @@ def locked_task(
       ``{"distlock": "skipped", "lock": NAME, "retry_after": SECONDS}``, an INFO line
       is logged and a ``contended`` lock event recorded;
     - ``"retry"``: ``self.retry(countdown=...)`` with the holder's remaining lease, at
-      most ``max_retry_countdown`` seconds; the task's ``max_retries`` applies, and the
-      last attempt fails with ``LockNotAcquired``;
+      most ``max_retry_countdown`` seconds, as the upper bound: the retry runs as soon
+      as the holder lets go (:mod:`~django_distlock.deferrals`); the task's
+      ``max_retries`` applies (set ``max_retries=None`` to serve every request), and
+      the last attempt fails with ``LockNotAcquired``;
     - ``"wait"``: the run fails with ``LockNotAcquired``.
 
     ``unique_while_queued=True`` also refuses to publish the task while a run with the
