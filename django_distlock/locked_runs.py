@@ -27,7 +27,7 @@ from .engine import (
 from .heldlocks import owner_label
 from .locks import distlock
 
-__all__ = ["RunOptions", "end_run", "holder_of", "run_label", "run_lock"]
+__all__ = ["RunOptions", "end_run", "holder_of", "lease_of", "run_label", "run_lock"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +120,11 @@ def run_lock(
     if options.is_template:
         lock.template = options.template
     return lock
+
+
+def lease_of(lock: Lock) -> float:
+    """The lease of a run's lock, in seconds (its ``timeout``, else the backend's)."""
+    return lock.timeout or lock.backend.timeout
 
 
 def end_run(lock: Lock, exc: BaseException | None, finish: Callable[[], LockError | None]) -> None:

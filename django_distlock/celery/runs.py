@@ -7,18 +7,21 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
 
+from ..deferrals import Parked, serve_when_free
 from ..engine import (
     LockError,
     LockNotAcquired,
     TaskClaims,
 )
-from ..locked_runs import end_run, holder_of, run_label, run_lock
+from ..locked_runs import end_run, holder_of, lease_of, run_label, run_lock
+from ..waiting_claims import waiting
 from .locking import NEEDS_LOCKED_TASK, NEEDS_LOCKED_TASK_HINT, Locking
 
 __all__ = ["COPY_WAIT", "DEFAULT_VISIBILITY_TIMEOUT", "Run", "logger", "skipped_result"]
@@ -75,6 +78,28 @@ class Run:
                 raise TypeError(f"{self.label}: {NEEDS_LOCKED_TASK} {NEEDS_LOCKED_TASK_HINT}")
             self.claims = TaskClaims(self.lock.backend, self.name, self.task_id)
 
+    def served_early(self) -> bool:
+        """Whether this run is a retry put off by a countdown in whose place an early copy
+        was queued when the lock was released: it must not run (nor store a result: the
+        early copy has the same task id). One round trip, for a retry with an ``eta``."""
+        request = self.request
+        if (
+            self.locking.on_busy != "retry"
+            or self.task_id is None
+            or request is None
+            or getattr(request, "eta", None) is None
+        ):
+            return False
+        parked = TaskClaims(self.lock.backend, self.name, f"{self.task_id}:{request.retries}")
+        if parked.take_parked() != "s":
+            return False
+        logger.info(
+            "%s: not run, an early copy was queued in its place when lock %r was released",
+            self.label,
+            self.name,
+        )
+        return True
+
     def begin(self) -> bool:
         """Take the lock for the body; ``False`` if it is busy (see :meth:`busy`).
         Raises ``Ignore`` for a copy of a message whose task already ran or runs."""
@@ -104,7 +129,12 @@ class Run:
             if lock.acquire(blocking_timeout=COPY_WAIT):
                 return True
             self._put_back(claims)
-        return wait != 0 and lock.acquire(blocking_timeout=wait)
+        if wait == 0:
+            return False
+        # Waiting: the claim is held as waiting meanwhile, renewed by this worker, so
+        # that a killed worker's claim ends one lease later.
+        with waiting(claims, lease_of(lock)):
+            return lock.acquire(blocking_timeout=wait)
 
     def _put_back(self, claims: TaskClaims) -> NoReturn:
         """Send this copy back to the queue to run after the holder's lease (a holder
@@ -144,13 +174,34 @@ class Run:
         if locking.on_busy == "retry" and self.task is not None:
             try:
                 raise self.task.retry(countdown=locking.countdown(retry_after), exc=error)
-            except Retry:
+            except Retry as retry:
+                self._retry_early_when_free(retry)
                 raise
             except BaseException:  # retries exhausted (or called directly): a failure
                 self._finish(requeued=False)
                 raise
         self._finish(requeued=False)
         raise error
+
+    def _retry_early_when_free(self, retry: Retry) -> None:
+        """Have the retry ``retry`` published (put off by its countdown) published again
+        at once if the lock is released before then (:mod:`~django_distlock.deferrals`)."""
+        request = self.request
+        if retry.sig is None or retry.is_eager or request is None or self.task_id is None:
+            return
+        early = retry.sig.clone()
+        early.options.pop("countdown", None)
+        early.options.pop("eta", None)
+        countdown = float(retry.when or 0.0)
+        parked = TaskClaims(self.lock.backend, self.name, f"{self.task_id}:{request.retries + 1}")
+        try:
+            serve_when_free(
+                Parked(parked, time.monotonic() + countdown, early.apply_async, self.label),
+                lease_of(self.lock),
+                f"{PREFIX}{self.label} put off",
+            )
+        except LockError as error:
+            logger.warning("%s: its retry runs after its countdown: %s", self.label, error)
 
     def _finish(self, *, requeued: bool) -> None:
         if self.claims is not None:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, ParamSpec, TypeVar
 
 from celery import Task, current_task
+from celery.exceptions import Ignore
 from celery.result import AsyncResult
 from celery.signals import task_revoked
 from kombu.utils.uuid import uuid
@@ -60,8 +61,10 @@ def locked_task(
       ``{"distlock": "skipped", "lock": NAME, "retry_after": SECONDS}``, an INFO line
       is logged and a ``contended`` lock event recorded;
     - ``"retry"``: ``self.retry(countdown=...)`` with the holder's remaining lease, at
-      most ``max_retry_countdown`` seconds; the task's ``max_retries`` applies, and the
-      last attempt fails with ``LockNotAcquired``;
+      most ``max_retry_countdown`` seconds, as the upper bound: the retry runs as soon
+      as the holder lets go (:mod:`~django_distlock.deferrals`); the task's
+      ``max_retries`` applies (set ``max_retries=None`` to serve every request), and
+      the last attempt fails with ``LockNotAcquired``;
     - ``"wait"``: the run fails with ``LockNotAcquired``.
 
     ``unique_while_queued=True`` also refuses to publish the task while a run with the
@@ -102,6 +105,8 @@ def _locked(func: Callable[P, R], locking: Locking) -> Callable[P, R]:
         task = _task_running(run, args)
         claims = isinstance(task, LockedTask)
         this = Run(locking, task, func, args, kwargs, claims_published=claims)
+        if this.served_early():
+            raise Ignore
         if not this.begin():
             return this.busy()
         try:

@@ -5,15 +5,21 @@ Beside each lock (same bucket, so one script touches them with the lock key), na
 for the Celery integration (``celery-``); the Django tasks one uses ``tasks-`` (see
 ``TaskClaims(namespace=...)``):
 
-- ``PREFIX{bb}:celery-claim:NAME``, a string ``q:<task id>`` while that task is queued or
-  ``r:<task id>`` while it runs. Publishing another task with the same lock name is
-  refused while it exists. A queued claim expires (a message lost from the queue frees
-  the name); a running one also counts as free once the lock itself is gone, so a worker
-  killed mid-run frees it at the lock's lease end.
+- ``PREFIX{bb}:celery-claim:NAME``, a string ``q:<task id>`` while that task is queued,
+  ``w:<task id>`` while its run waits for the lock, or ``r:<task id>`` while it runs
+  holding the lock. Publishing another task with the same lock name is refused while it
+  exists. A queued claim expires (a message lost from the queue frees the name); a
+  waiting one lasts one lease of the lock, renewed by the waiting worker; a running one
+  also counts as free once the lock itself is gone. So a worker killed while its run
+  waits or runs frees the name at the end of a lease.
 - ``PREFIX{bb}:celery-done:NAME``, a sorted set of the task ids whose run ended, scored by
   when they may be forgotten (server ms): a copy of the message delivered again (the
   broker's ``visibility_timeout`` ran out while the task ran) is acknowledged without
   running.
+- ``PREFIX{bb}:celery-deferral:NAME``, a hash of the put-off copies of busy runs
+  (Celery's ``retry``, the tasks' ``defer``), by copy id: ``p`` while the copy waits for
+  its time, ``s`` once an early copy was queued in its place because the lock was
+  released (the put-off copy then ends without running).
 - ``PREFIX{bb}:celery-defer:NAME``, the id of a task whose redelivered copy was put back
   on the queue to run after the lock's lease, for a few seconds: other copies delivered
   meanwhile are dropped rather than all put back.
@@ -26,7 +32,7 @@ prefix.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .io import SyncDriver
 from .keys import LockKeys
@@ -40,9 +46,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CLAIM",
+    "DEFERRAL",
     "FINISH",
     "PASS",
     "START",
+    "WAIT",
     "TaskClaims",
     "current_holder",
 ]
@@ -53,24 +61,47 @@ CLAIM = Script(
 -- KEYS[1] the name's claim   KEYS[2] the lock
 -- ARGV[1] task id   ARGV[2] how long a queued claim lasts (ms)
 -- Takes the claim for a task about to be published, or keeps it for the same task id
--- (a retry publishes the task again under its id).
--- returns: nothing when the task id holds the claim now, else the id of the queued task,
--- or of the running task whose lock is held, that holds it
+-- (a retry publishes the task again under its id: a waiting run's claim becomes queued).
+-- returns: nothing when the task id holds the claim now, else the id of the queued or
+-- waiting task, or of the running task whose lock is held, that holds it
 local current = redis.call('GET', KEYS[1])
 if current then
   local id = string.sub(current, 3)
+  local state = string.sub(current, 1, 1)
   if id == ARGV[1] then
-    if string.sub(current, 1, 1) == 'q' and redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
+    if state == 'w' then
+      redis.call('SET', KEYS[1], 'q:' .. id, 'PX', ARGV[2])
+    elseif state == 'q' and redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then
       redis.call('PEXPIRE', KEYS[1], ARGV[2])
     end
     return false
   end
-  if string.sub(current, 1, 1) == 'q' or redis.call('EXISTS', KEYS[2]) == 1 then
+  if state ~= 'r' or redis.call('EXISTS', KEYS[2]) == 1 then
     return id
   end
 end
 redis.call('SET', KEYS[1], 'q:' .. ARGV[1], 'PX', ARGV[2])
 return false
+""",
+)
+
+WAIT = Script(
+    "task_claim_wait",
+    r"""
+-- KEYS[1] the name's claim
+-- ARGV[1] task id   ARGV[2] the lock's lease (ms)   ARGV[3] 'mark' or 'renew'
+-- A run of the task is about to wait for its lock ('mark'): its claim becomes waiting
+-- for one lease, unless another task holds it; its worker renews it while it waits
+-- ('renew': only a waiting claim still the task's).
+-- returns 1 if the claim is the task's and waiting now, else 0
+local current = redis.call('GET', KEYS[1])
+local waiting = 'w:' .. ARGV[1]
+local ours = not current or string.sub(current, 3) == ARGV[1]
+if current == waiting or (ARGV[3] == 'mark' and ours) then
+  redis.call('SET', KEYS[1], waiting, 'PX', ARGV[2])
+  return 1
+end
+return 0
 """,
 )
 
@@ -144,12 +175,43 @@ return 0
 )
 
 
+DEFERRAL = Script(
+    "task_deferral",
+    r"""
+-- KEYS[1] the name's put-off copies (a hash: copy id -> 'p' waiting, 's' served early)
+-- ARGV[1] copy id   ARGV[2] 'park', 'serve', 'unserve' or 'take'
+-- ARGV[3] with 'park': how long the record lasts at least (ms)
+-- park: the copy is queued to run later; serve: an early copy is about to be queued in
+-- its place (only if it still waits); unserve: that early copy could not be queued;
+-- take: the copy runs now (its record goes).
+-- returns park, serve, unserve: 1 if done, else 0; take: the copy's state, or ''
+local state = redis.call('HGET', KEYS[1], ARGV[1])
+local mode = ARGV[2]
+if mode == 'park' then
+  redis.call('HSET', KEYS[1], ARGV[1], 'p')
+  if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[3]) then
+    redis.call('PEXPIRE', KEYS[1], ARGV[3])
+  end
+  return 1
+elseif mode == 'take' then
+  redis.call('HDEL', KEYS[1], ARGV[1])
+  return state or ''
+end
+local from, to = 'p', 's'
+if mode == 'unserve' then from, to = 's', 'p' end
+if state ~= from then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], to)
+return 1
+""",
+)
+
+
 class TaskClaims:
     """The claims of task ``task_id`` on lock ``name`` of ``backend`` (see the module's
     docstring); ``namespace`` names the keys (``"celery"``: ``celery-claim``, ...), one per
     integration."""
 
-    __slots__ = ("claim", "defer", "done", "driver", "lock", "name", "task_id")
+    __slots__ = ("claim", "defer", "deferral", "done", "driver", "lock", "name", "task_id")
 
     def __init__(
         self, backend: Backend, name: str, task_id: str, *, namespace: str = "celery"
@@ -161,6 +223,7 @@ class TaskClaims:
         self.claim = keys.beside(f"{namespace}-claim")
         self.done = keys.beside(f"{namespace}-done")
         self.defer = keys.beside(f"{namespace}-defer")
+        self.deferral = keys.beside(f"{namespace}-deferral")
         self.driver = SyncDriver(backend, name)
 
     def take(self, lasts: float) -> str | None:
@@ -181,6 +244,21 @@ class TaskClaims:
         reply = self.driver.call(Call(START, (self.claim, self.done), (self.task_id, ms(lasts))))
         return int(reply) == 0
 
+    def wait(self, lease: float) -> bool:
+        """A run of the task is about to wait for the lock: mark its claim waiting for
+        ``lease`` seconds (the lock's lease; renew it with :meth:`still_waiting` while the
+        wait lasts). ``False`` if another task holds the claim."""
+        return self._wait(lease, "mark")
+
+    def still_waiting(self, lease: float) -> bool:
+        """Renew the waiting claim of :meth:`wait` for ``lease`` seconds; ``False`` if it
+        is no longer the task's waiting claim (it lapsed, or ended)."""
+        return self._wait(lease, "renew")
+
+    def _wait(self, lease: float, mode: str) -> bool:
+        reply = self.driver.call(Call(WAIT, (self.claim,), (self.task_id, ms(lease), mode)))
+        return int(reply) == 1
+
     def finish(self, *, requeued: bool, lasts: float) -> None:
         """The run of the task ended (remember it for ``lasts`` seconds), or it was
         published again (``requeued``: claim the name as queued for ``lasts`` seconds)."""
@@ -199,6 +277,29 @@ class TaskClaims:
         longer this task's."""
         reply = self.driver.call(Call(PASS, (self.claim,), (self.task_id, task_id, ms(lasts))))
         return int(reply) == 1
+
+    def park(self, lasts: float) -> None:
+        """The task (a put-off copy of a busy run, its id the copy's) is queued to run
+        later; remember it for at least ``lasts`` seconds."""
+        self._deferral("park", ms(lasts))
+
+    def serve_early(self) -> bool:
+        """The lock was released before the parked copy's time: ``True`` if it still
+        waits, and is marked served (queue an early copy now, or :meth:`unserve`)."""
+        return int(self._deferral("serve")) == 1
+
+    def unserve(self) -> None:
+        """The early copy of :meth:`serve_early` could not be queued: the parked copy
+        runs at its time after all."""
+        self._deferral("unserve")
+
+    def take_parked(self) -> str:
+        """The parked copy runs now: ``"s"`` if an early copy was queued in its place (it
+        must not run), ``"p"`` if not (none will be), ``""`` if it was never parked."""
+        return decode(self._deferral("take"))
+
+    def _deferral(self, mode: str, lasts_ms: int = 0) -> Any:
+        return self.driver.call(Call(DEFERRAL, (self.deferral,), (self.task_id, mode, lasts_ms)))
 
     def defer_once(self, lasts: float) -> bool:
         """``True`` if no other copy of the task was put back in the last ``lasts``

@@ -29,6 +29,7 @@ from .keys import validate_name
 __all__ = ["NameTemplate", "TemplateError"]
 
 _FORMATTER = string.Formatter()
+_CONVERSIONS = (None, "r", "s", "a")
 _FILL_ERRORS = (LookupError, AttributeError, TypeError, ValueError)
 
 
@@ -46,12 +47,13 @@ class NameTemplate:
         if not isinstance(template, str):
             raise TypeError(f"a lock name template must be a str, not {type(template).__name__}")
         try:
-            parsed = list(_FORMATTER.parse(template))
+            fields = _fields(template)
         except ValueError as exc:
             raise ValueError(f"lock name {template!r} is not a valid template: {exc}") from None
         self.template = template
-        self.fields: tuple[str, ...] = tuple(f for _, f, _, _ in parsed if f is not None)
-        """The fields as written (``user.pk``)."""
+        self.fields: tuple[str, ...] = fields
+        """The fields as written (``user.pk``), those nested in a format spec
+        (``{amount:>{width}}``) included."""
         self.roots: tuple[str, ...] = tuple(_root(field) for field in self.fields)
         """The name each field starts from (``user``); ``""`` or digits for positional ones."""
 
@@ -110,6 +112,24 @@ class NameTemplate:
             return self.fill(bound.arguments)
 
         return name_for
+
+
+def _fields(template: str, depth: int = 0) -> tuple[str, ...]:
+    """The fields of ``template``; ``ValueError`` for what ``str.format`` refuses
+    whatever the values: bad syntax, a conversion other than ``!r``, ``!s`` or ``!a``, a
+    field nested in the format spec of a nested one."""
+    fields: list[str] = []
+    for _, field, spec, conversion in _FORMATTER.parse(template):
+        if field is None:
+            continue
+        if depth > 1:
+            raise ValueError(f"{{{field}}} is nested too deep (one level at most)")
+        if conversion not in _CONVERSIONS:
+            raise ValueError(f"{{{field}!{conversion}}}: a conversion is !r, !s or !a")
+        fields.append(field)
+        if spec:
+            fields.extend(_fields(spec, depth + 1))
+    return tuple(fields)
 
 
 def _root(field: str) -> str:

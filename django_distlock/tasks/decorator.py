@@ -51,13 +51,16 @@ def locked_task(
     ``blocking_timeout`` seconds (default: 0 for ``"skip"`` and ``"defer"``, forever
     for ``"wait"``): ``"skip"`` ends it at once with the return value
     :data:`SKIPPED` (and a ``contended`` lock event); ``"defer"`` queues the task again
-    with ``run_after`` = the holder's remaining lease (at most the lock's lease) and
-    ends this run with :data:`DEFERRED`; ``"wait"`` fails it with ``LockNotAcquired``.
+    to run as soon as the holder lets go, with ``run_after`` = the holder's remaining
+    lease (at most the lock's lease) as the upper bound (:mod:`~django_distlock.deferrals`),
+    and ends this run with :data:`DEFERRED`; ``"wait"`` fails it with ``LockNotAcquired``.
 
     ``unique_while_queued=True``: ``enqueue()``/``aenqueue()`` while a task with the same
     lock name is queued or running returns that task's ``TaskResult`` (same id) and
     queues nothing; the claim lasts ``unique_timeout`` seconds after the task may run,
-    so a task lost from the queue stops blocking the name then.
+    so a task lost from the queue stops blocking the name then (a run waiting for the
+    lock holds it for one lease at a time, renewed by its worker; a finished result's
+    claim is dropped at the next enqueue).
     """
 
     def decorate(task: T) -> T:
@@ -98,6 +101,8 @@ def _locked(
         # A task taking the context is called with it: its TaskResult is there.
         result = args[0].task_result if takes_context else running_result(run)
         this = Run(locking, result, func, args, kwargs)
+        if this.served_early():
+            return this.ran_early()
         if not this.begin():
             return this.busy()
         try:
@@ -123,6 +128,8 @@ def _alocked(
     async def run(*args: Any, **kwargs: Any) -> Any:
         result = args[0].task_result if takes_context else running_result(run)
         this = Run(locking, result, func, args, kwargs)
+        if await sync_to_async(this.served_early, thread_sensitive=False)():
+            return this.ran_early()
         if not await this.abegin():
             return await sync_to_async(this.busy, thread_sensitive=True)()
         try:

@@ -8,8 +8,8 @@ soon as the backend reports it (``task_enqueued``). Another enqueue of the same 
 meanwhile waits for that hand-over (a few milliseconds: one insert), then returns the
 queued task's ``TaskResult``. A claim lasts ``unique_timeout`` seconds plus the task's
 ``run_after`` delay, so a task lost from the queue stops blocking the name then; a claim
-whose result no longer exists is dropped at once. The run marks the claim running and
-gives it back when it ends (:mod:`.runs`).
+whose result no longer exists, or is finished, is dropped at the next enqueue. The run
+marks the claim running and gives it back when it ends (:mod:`.runs`).
 """
 
 from __future__ import annotations
@@ -120,24 +120,30 @@ def hand_over(claims: TaskClaims, task: Any, lasts: float, enqueue: Callable[[],
 def _existing(task: Any, name: str, holder: str) -> Any:
     """The ``TaskResult`` of ``holder``, the task holding the claim on ``name`` (fetched
     from the backend when it can, else the one this process queued); ``None`` if it no
-    longer exists (its claim is dropped, so the caller may take it)."""
+    longer exists, or is finished (in any state: a run that ended gives its claim back
+    itself, so this one failed before its body ran, or was marked by hand): its claim is
+    then dropped, so the caller may take it."""
     backend = task.get_backend()
     if getattr(backend, "supports_get_result", False):
         try:
-            return backend.get_result(holder)
+            existing = backend.get_result(holder)
         except framework().TaskResultDoesNotExist:
-            logger.warning(
-                "lock name %r was claimed by %s, which no longer exists: claim dropped",
-                name,
-                holder,
+            existing = None
+    else:
+        existing = known_result(holder)
+        if existing is None:
+            raise LockNotAcquired(
+                f"{task.module_path}: {holder} holds lock name {name!r} (queued or running), "
+                f"and backend {task.backend!r} cannot fetch its result",
+                name=name,
             )
-            claims_for(name, holder).forget()
-            return None
-    existing = known_result(holder)
-    if existing is None:
-        raise LockNotAcquired(
-            f"{task.module_path}: {holder} holds lock name {name!r} (queued or running), "
-            f"and backend {task.backend!r} cannot fetch its result",
-            name=name,
-        )
-    return existing
+    if existing is not None and not existing.is_finished:
+        return existing
+    logger.warning(
+        "lock name %r was claimed by %s, which %s: claim dropped",
+        name,
+        holder,
+        "no longer exists" if existing is None else f"is finished ({existing.status})",
+    )
+    claims_for(name, holder).forget()
+    return None

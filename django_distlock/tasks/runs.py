@@ -3,20 +3,24 @@ give the lock back, whatever the outcome."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
+from ..deferrals import Parked, serve_when_free
 from ..engine import (
     LockError,
     LockNotAcquired,
     TaskClaims,
 )
-from ..locked_runs import end_run, holder_of, run_label, run_lock
+from ..locked_runs import end_run, holder_of, lease_of, run_label, run_lock
+from ..waiting_claims import start_waiting, stop_waiting, waiting
 from .options import Locking
 from .queueing import PENDING_TIMEOUT, claim_lasts, claims_for, hand_over, placeholder
 
@@ -28,7 +32,8 @@ SKIPPED = "django_distlock.tasks.SKIPPED"
 """The return value of a run that ``on_busy="skip"`` ended because the lock was busy."""
 DEFERRED = "django_distlock.tasks.DEFERRED"
 """The return value of a run that ``on_busy="defer"`` put off: the task was queued again
-to run when the holder's lease ends."""
+to run when the holder lets go (at the latest when the holder's lease ends); also that of
+the copy queued for the lease's end when an earlier one was queued in its place."""
 
 PREFIX = "tasks:"
 
@@ -56,9 +61,35 @@ class Run:
         if locking.unique_while_queued and result is not None:
             self.claims = claims_for(self.name, result.id)
 
+    def served_early(self) -> bool:
+        """Whether this run is a put-off copy in whose place an early one was queued when
+        the lock was released (it must not run: :meth:`ran_early`). One round trip, for
+        a task that defers and runs with a ``run_after``."""
+        result = self.result
+        if self.locking.on_busy != "defer" or result is None or result.task.run_after is None:
+            return False
+        return claims_for(self.name, result.id).take_parked() == "s"
+
+    def ran_early(self) -> str:
+        """What a run that :meth:`served_early` returns instead of running."""
+        logger.info(
+            "%s: not run, an early copy was queued in its place when lock %r was released",
+            self.label,
+            self.name,
+        )
+        return DEFERRED
+
     def begin(self) -> bool:
-        """Take the lock for the body; ``False`` if it stayed busy (see :meth:`busy`)."""
-        if not self.lock.acquire(blocking_timeout=self.locking.wait):
+        """Take the lock for the body; ``False`` if it stayed busy (see :meth:`busy`).
+        A run that waits for it holds its claim as waiting meanwhile (renewed by this
+        worker, so that a killed worker's claim ends one lease later)."""
+        wait = self.locking.wait
+        if self.claims is None or wait == 0:
+            acquired = self.lock.acquire(blocking_timeout=wait)
+        else:
+            with waiting(self.claims, lease_of(self.lock)):
+                acquired = self.lock.acquire(blocking_timeout=wait)
+        if not acquired:
             return False
         try:
             self._start()
@@ -69,7 +100,18 @@ class Run:
 
     async def abegin(self) -> bool:
         """:meth:`begin` for an ``async def`` task (the lock belongs to the calling task)."""
-        if not await self.lock.aacquire(blocking_timeout=self.locking.wait):
+        wait = self.locking.wait
+        if self.claims is None or wait == 0:
+            acquired = await self.lock.aacquire(blocking_timeout=wait)
+        else:
+            kept = await sync_to_async(start_waiting, thread_sensitive=False)(
+                self.claims, lease_of(self.lock)
+            )
+            try:
+                acquired = await self.lock.aacquire(blocking_timeout=wait)
+            finally:
+                stop_waiting(kept)
+        if not acquired:
             return False
         try:
             await sync_to_async(self._start, thread_sensitive=False)()
@@ -147,7 +189,7 @@ class Run:
                 task.backend,
             )
             return None
-        cap = self.lock.timeout or self.lock.backend.timeout
+        cap = lease_of(self.lock)
         delay = min(max(self.lock.retry_after or 0.0, 0.0), cap)
         later = task.using(run_after=timezone.now() + datetime.timedelta(seconds=delay))
 
@@ -168,14 +210,46 @@ class Run:
                 return SKIPPED
             queued = hand_over(claims_for(self.name, standin), later, lasts, enqueue)
         logger.info(
-            "%s deferred: lock %r is held by %s; queued again as %s to run in %.3gs",
+            "%s deferred: lock %r is held by %s; queued again as %s to run when it is "
+            "released, in %.3gs at the latest",
             self.label,
             self.name,
             holder_of(self.lock),
             queued.id,
             delay,
         )
+        self._queue_early_when_free(later, queued, delay)
         return DEFERRED
+
+    def _queue_early_when_free(self, later: Any, queued: Any, delay: float) -> None:
+        """Have ``queued`` (the copy put off by ``delay`` seconds) queued again at once if
+        the lock is released before then (:mod:`~django_distlock.deferrals`)."""
+        result = self.result
+        backend = later.get_backend()
+        early = dataclasses.replace(later, run_after=None)
+        parked = claims_for(self.name, queued.id)
+
+        def enqueue() -> Any:
+            return backend.enqueue(early, result.args, result.kwargs)
+
+        def queue_early() -> Any:
+            if self.claims is None:
+                return enqueue()
+            standin = placeholder()
+            if not parked.pass_to(standin, PENDING_TIMEOUT):
+                return enqueue()
+            lasts = claim_lasts(self.locking, None)
+            return hand_over(claims_for(self.name, standin), early, lasts, enqueue)
+
+        label = run_label(PREFIX, early.module_path, queued.id)
+        try:
+            serve_when_free(
+                Parked(parked, time.monotonic() + delay, queue_early, label),
+                lease_of(self.lock),
+                f"{PREFIX}{label} put off",
+            )
+        except LockError as error:
+            logger.warning("%s runs in %.3gs: %s", label, delay, error)
 
     def _finish(self) -> None:
         # No done record (Celery's guard against a message delivered twice): a task

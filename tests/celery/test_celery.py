@@ -132,6 +132,19 @@ def test_bad_options_fail_at_decoration(options, error, message):
         locked_task("import", **options)(lambda: None)
 
 
+@pytest.mark.parametrize("template", ["x:{a!z}", "x:{a:>{w!q}}", "x:{a:{w:{a}}}"])
+def test_a_template_str_format_would_refuse_fails_at_definition(template):
+    with pytest.raises(ValueError, match="is not a valid template"):
+        locked_task(template, on_busy="skip")(lambda a, w=1: None)
+    with pytest.raises(ValueError, match="is not a valid template"):
+
+        class Converted(LockedTask):
+            lock_name = template
+            lock_on_busy = "skip"
+
+            def run(self, a, w=1): ...
+
+
 def test_on_busy_must_be_said():
     with pytest.raises(TypeError, match="on_busy"):
         locked_task("import")  # type: ignore[call-arg]

@@ -16,10 +16,11 @@ from typing import Any
 import pytest
 import redis
 
+from django_distlock import distlock
 from django_distlock.engine import LockKeys
 from tests.support import celery_app as tasks
 from tests.support.celery_workers import BROKER_DB, VISIBILITY_ENV_VAR, CeleryProcess, database_url
-from tests.support.engine import wait_until
+from tests.support.engine import lock_waiters, wait_until
 
 RESULT_TIMEOUT = 30
 VISIBILITY = {VISIBILITY_ENV_VAR: "1"}
@@ -133,6 +134,26 @@ def test_a_killed_worker_frees_the_lock_at_its_lease_end_and_another_worker_runs
     assert value["pid"] == rescuer.pid
     assert value["started"] >= freed_at
     assert note_client.get(f"attempts:{key}") == "2"
+
+
+def test_a_worker_killed_while_its_run_waits_frees_the_name_one_lease_later(
+    workers, celery_processes, note_client, locks, key
+):
+    queue = f"wait-{key}"
+    victim = celery_processes(CeleryProcess.worker, "solo", name=f"waiter-{key}", queues=queue)
+    with distlock(f"unique-wait:{key}", timeout=60):
+        doomed = tasks.unique_wait.apply_async((key,), queue=queue)
+        wait_until(lambda: lock_waiters(locks) == 1, timeout=15)
+        assert tasks.unique_wait.delay(key).id == doomed.id  # waiting: it holds the name
+        victim.kill()
+        killed_at = time.monotonic()
+        # Its claim lasts one lease of the lock (1.5 s) after its last renewal, whether
+        # the lock is held or not; until then the dead run's id is returned.
+        while (fresh := tasks.unique_wait.delay(key)).id == doomed.id:
+            assert time.monotonic() - killed_at < 1.5 + 0.5, "still refused"
+            time.sleep(0.05)
+    assert fresh.get(timeout=RESULT_TIMEOUT)["id"] == fresh.id
+    assert [run["id"] for run in runs_of(note_client, key)] == [fresh.id]
 
 
 def test_every_key_written_is_under_the_prefix(workers, locks):

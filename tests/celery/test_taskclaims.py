@@ -74,6 +74,66 @@ def test_a_running_claim_holds_while_the_lock_is_held_and_frees_when_it_is_gone(
     assert claims(backend, "b").take(60) is None
 
 
+def test_a_waiting_claim_lasts_one_lease_unless_its_worker_renews_it(backend, redis_client):
+    run = claims(backend, "a")
+    assert run.take(60) is None
+    assert run.wait(0.2)
+    claim = keys().beside("celery-claim")
+    assert redis_client.get(claim) == b"w:a"
+    assert 0 < redis_client.pttl(claim) <= 200
+    # The lock is free (between two holders), yet the waiting run holds the name.
+    assert claims(backend, "b").take(60) == "a"
+    time.sleep(0.15)
+    assert run.still_waiting(0.2)
+    time.sleep(0.15)
+    assert claims(backend, "b").take(60) == "a"
+    time.sleep(0.1)  # not renewed for a lease: a killed worker's claim is gone
+    assert not run.still_waiting(0.2)
+    assert claims(backend, "b").take(60) is None
+    assert not run.wait(0.2)  # another task's claim is left alone
+    assert redis_client.get(claim) == b"q:b"
+
+
+def test_a_waiting_claim_turns_running_or_queued_again(backend, redis_client):
+    run = claims(backend, "a")
+    claim = keys().beside("celery-claim")
+    assert run.wait(5)
+    assert run.take(60) is None  # a retry of the waiting run: queued again
+    assert redis_client.get(claim) == b"q:a"
+    assert 59_000 < redis_client.pttl(claim) <= 60_000
+    assert not run.still_waiting(5)  # renewing it no more
+    assert redis_client.get(claim) == b"q:a"
+    assert run.wait(5)
+    hold_lock(redis_client, "a")
+    assert run.start(60)  # it got the lock
+    assert redis_client.get(claim) == b"r:a"
+
+
+def test_a_parked_copy_is_served_early_once_or_runs_at_its_time(backend, redis_client):
+    deferral = keys().beside("celery-deferral")
+    late = claims(backend, "a:2")
+    late.park(60)
+    assert redis_client.hget(deferral, "a:2") == b"p"
+    other = claims(backend, "b:1")
+    other.park(1)
+    assert redis_client.pttl(deferral) > 59_000  # parking never shortens the record
+    assert late.serve_early()  # the lock was released: an early copy is queued
+    assert not late.serve_early()  # once
+    assert late.take_parked() == "s"  # its time came: it must not run
+    assert redis_client.hget(deferral, "a:2") is None
+    # Run at its time before being served: no early copy is queued for it.
+    assert other.take_parked() == "p"
+    assert not other.serve_early()
+    assert other.take_parked() == ""  # never parked (or already run)
+    # An early copy that could not be queued: the parked copy runs at its time after all.
+    third = claims(backend, "c:1")
+    third.park(1)
+    assert third.serve_early()
+    third.unserve()
+    assert third.take_parked() == "p"
+    assert not redis_client.exists(deferral)  # nothing parked is left
+
+
 def test_a_run_does_not_start_twice(backend, redis_client):
     run = claims(backend, "a")
     hold_lock(redis_client, "a")
@@ -158,6 +218,11 @@ async def test_every_script_runs_on_a_cluster(cluster_setup):
             assert run.take(60) is None
             assert TaskClaims(backend, name, "b").take(60) == "a"
             assert not run.held_by_a_run()
+            assert run.wait(1)
+            assert run.still_waiting(1)
+            run.park(1)
+            assert run.serve_early()
+            assert run.take_parked() == "s"
             assert run.start(60)
             assert run.defer_once(1)
             run.finish(requeued=False, lasts=60)

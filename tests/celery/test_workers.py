@@ -19,7 +19,7 @@ from django_distlock.models import HeldLock
 from tests.support import celery_app as tasks
 from tests.support.celery_app import BEAT_ENV_VAR
 from tests.support.celery_workers import CeleryProcess
-from tests.support.engine import wait_until
+from tests.support.engine import lock_waiters, wait_until
 
 RESULT_TIMEOUT = 30
 
@@ -120,6 +120,32 @@ def test_retry_waits_the_holders_remaining_lease(workers, note_client, key):
     assert not holder.owned()  # its lease ran out; nobody took it from under the task
 
 
+def test_retry_runs_soon_after_the_holder_lets_go_not_after_its_countdown(
+    workers, note_client, key
+):
+    holder = distlock(f"need:{key}", timeout=60, auto_renew=False)
+    assert holder.acquire()
+    result = tasks.retry_by_need.delay(key)
+    wait_until(lambda: note_client.llen(f"retries:{result.id}") == 1)
+    published = time.time()
+    time.sleep(0.3)
+    holder.release()
+    released = time.time()
+    value = result.get(timeout=RESULT_TIMEOUT)
+    (when,) = [json.loads(r)["when"] for r in note_client.lrange(f"retries:{result.id}", 0, -1)]
+    assert when == 3  # the countdown it was published with: the upper bound
+    assert 0 <= value["started"] - released < 1.0
+    assert value["started"] < published + 3
+    # The retry published with that countdown is dropped when its time comes.
+    label = f"tests.support.celery_app.retry_by_need[{result.id}]"
+    wait_until(
+        lambda: any(f"{label}: not run, an early copy" in worker.log() for worker in workers),
+        timeout=10,
+    )
+    assert [run["id"] for run in runs_of(note_client, key)] == [result.id]
+    assert result.get() == value
+
+
 def test_retry_countdown_is_capped(workers, note_client, key):
     with distlock(f"retry:{key}", timeout=60, auto_renew=False):
         result = tasks.retry_capped.delay(key)
@@ -139,15 +165,6 @@ def test_retry_respects_max_retries(workers, note_client, key):
     assert f"could not acquire lock 'retry:{key}'" in str(error)
     assert note_client.llen(f"retries:{result.id}") == 1
     assert runs_of(note_client, key) == []
-
-
-def lock_waiters(client) -> int:
-    """Clients blocked waiting for a lock (``BLPOP``; the workers wait for messages with
-    ``BRPOP``). Blocked now (flag ``b``): an idle wait connection back in its pool still
-    shows ``BLPOP`` as its last command."""
-    return sum(
-        1 for entry in client.client_list() if entry["cmd"] == "blpop" and "b" in entry["flags"]
-    )
 
 
 def test_wait_runs_once_the_holder_lets_go(workers, key, redis_server):

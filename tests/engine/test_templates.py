@@ -43,3 +43,25 @@ def test_a_call_that_does_not_bind_is_a_type_error():
 def test_a_constant_template_needs_no_arguments():
     name_for = NameTemplate("nightly").namer(SIGNATURE, "report()")
     assert name_for((), {}) == "nightly"
+
+
+@pytest.mark.parametrize(
+    ("template", "why"),
+    [
+        ("r:{day!z}", r"\{day!z\}: a conversion is !r, !s or !a"),
+        ("r:{day:>{kind!x}}", r"\{kind!x\}: a conversion"),
+        ("r:{day:{kind:{region}}}", r"\{region\} is nested too deep"),
+        ("r:{day", "expected '}'"),
+    ],
+)
+def test_what_str_format_would_refuse_whatever_the_values_is_refused_at_once(template, why):
+    with pytest.raises(ValueError, match=why):
+        NameTemplate(template)
+
+
+def test_fields_nested_in_a_format_spec_are_fields_too():
+    template = NameTemplate("r:{day!r:>{kind}}")
+    assert template.fields == ("day", "kind")
+    with pytest.raises(ValueError, match=r"uses \{width\} but report\(\) has no parameter"):
+        NameTemplate("r:{day:>{width}}").namer(SIGNATURE, "report()")
+    assert template.namer(SIGNATURE, "report()")(("mon", 6), {}) == "r: 'mon'"

@@ -137,6 +137,13 @@ def retry_capped(key: str, seconds: float = 0.0) -> dict[str, Any]:
     return _body(key, seconds)
 
 
+@app.task(max_retries=None)
+@locked_task("need:{key}", on_busy="retry", max_retry_countdown=3)
+def retry_by_need(key: str, seconds: float = 0.0) -> dict[str, Any]:
+    """Retried as soon as the holder lets go, 3 s later at most."""
+    return _body(key, seconds)
+
+
 @app.task(max_retries=1)
 @locked_task("retry:{key}", on_busy="retry", max_retry_countdown=0.2)
 def retry_once(key: str) -> dict[str, Any]:
@@ -171,6 +178,13 @@ def survive_a_kill(key: str, seconds: float = 0.0) -> dict[str, Any]:
 @locked_task("unique:{key}", on_busy="skip", unique_while_queued=True, timeout=2)
 def unique(key: str, seconds: float = 0.0) -> dict[str, Any]:
     """Never queued twice for one key; a redelivered copy never runs it again."""
+    return _body(key, seconds)
+
+
+@app.task(base=LockedTask)
+@locked_task("unique-wait:{key}", on_busy="wait", unique_while_queued=True, timeout=1.5)
+def unique_wait(key: str, seconds: float = 0.0) -> dict[str, Any]:
+    """Never queued twice for one key, and waits for its lock as long as it takes."""
     return _body(key, seconds)
 
 

@@ -78,6 +78,10 @@ RUN_ELSEWHERE = {
     "mkdir -p /run/myproject/prometheus": "a gunicorn deployment's set-up; "
     "tests/metrics/test_multiprocess.py runs worker processes in multiprocess mode",
     "PROMETHEUS_MULTIPROC_DIR=/run/myproject/prometheus gunicorn": "the same",
+    'pip install -e "./django-distlock[': "an install from a checkout with an extra; "
+    "tests/run.py installs the test extra, which has what every extra brings",
+    "manage.py db_worker": "tests/tasks/test_workers.py runs db_worker processes "
+    "(tests/support/task_workers.py)",
 }
 
 # Fenced blocks that are not code, by (file, first line of the block).

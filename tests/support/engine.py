@@ -91,6 +91,15 @@ def blocked_clients(client: redis.Redis | RedisCluster) -> int:
     return sum(int(primary.info("clients")["blocked_clients"]) for primary in primaries_of(client))
 
 
+def lock_waiters(client: redis.Redis) -> int:
+    """Clients blocked waiting for a lock now (``BLPOP``, flag ``b``; Celery workers wait
+    for messages with ``BRPOP``). An idle wait connection back in its pool still shows
+    ``BLPOP`` as its last command, without the flag."""
+    return sum(
+        1 for entry in client.client_list() if entry["cmd"] == "blpop" and "b" in entry["flags"]
+    )
+
+
 def wait_until(predicate: Callable[[], object], timeout: float = 10.0) -> None:
     """Poll ``predicate`` (for state only the server can tell) until it holds."""
     deadline = time.monotonic() + timeout

@@ -94,6 +94,14 @@ def defer_if_busy(context: Any, key: str, seconds: float = 0.02) -> dict[str, An
     return _body(key, seconds, f"defer:{key}", context.task_result.id)
 
 
+@locked_task("need:{key}", on_busy="defer", timeout=30)
+@task(backend="db", takes_context=True)
+def defer_by_need(context: Any, key: str, seconds: float = 0.02) -> dict[str, Any]:
+    """Put off while another run holds the lock (a lease of 30 s: queued again once the
+    holder lets go, long before the lease would end)."""
+    return _body(key, seconds, f"need:{key}", context.task_result.id)
+
+
 @locked_task("bounded:{key}", on_busy="wait", blocking_timeout=0.3)
 @task(backend="db")
 def wait_briefly(key: str, seconds: float = 0.02) -> dict[str, Any]:
@@ -106,6 +114,13 @@ def wait_briefly(key: str, seconds: float = 0.02) -> dict[str, Any]:
 def unique(context: Any, key: str, seconds: float = 0.2) -> dict[str, Any]:
     """Queued once while queued or running."""
     return _body(key, seconds, f"unique:{key}", context.task_result.id)
+
+
+@locked_task("unique:{key}", on_busy="wait", unique_while_queued=True, timeout=1.5)
+@task(backend="db", takes_context=True)
+async def async_unique(context: Any, key: str, seconds: float = 0.2) -> dict[str, Any]:
+    """:func:`unique` as an ``async def`` task (the same lock name and claim)."""
+    return await asyncio.to_thread(_body, key, seconds, f"unique:{key}", context.task_result.id)
 
 
 @locked_task("unique-defer:{key}", on_busy="defer", unique_while_queued=True, timeout=1)

@@ -187,6 +187,9 @@ def test_misuse_fails_where_the_task_is_defined():
         locked_task("import:{acount_id}", on_busy="skip")(locked_tasks.unlocked)
     with pytest.raises(ValueError, match="on_busy must be one of"):
         locked_task("x", on_busy="retry")(locked_tasks.unlocked)
+    for template in ("x:{key!z}", "x:{key:>{key!q}}", "x:{key:{key:{key}}}"):
+        with pytest.raises(ValueError, match="is not a valid template"):
+            locked_task(template, on_busy="skip")(locked_tasks.unlocked)
     with pytest.raises(TypeError, match="locked already"):
         locked_task("x", on_busy="wait")(locked_tasks.locked)
     with pytest.raises(ValueError, match="blocking_timeout"):
