@@ -43,8 +43,8 @@ class Event:
     ``release_failed``, ``renewed`` and ``renew_failed``. ``waited``/``held`` are
     seconds (``None`` where they do not apply), ``at`` epoch seconds. ``template``: the
     name template the name was filled from (``""`` for a name given as is). ``cause``:
-    ``busy``/``timeout`` for ``contended``; ``gone``/``expired``/``abandoned`` for
-    ``lost`` (:class:`~.hold.LostCause`); ``error``/``gone`` for ``renew_failed``;
+    ``busy``/``timeout`` for ``contended``; ``gone``/``expired``/``abandoned``/``forced``
+    for ``lost`` (:class:`~.hold.LostCause`); ``error``/``gone`` for ``renew_failed``;
     the exception's class name for ``error`` and ``release_failed``. ``mode``:
     ``"exclusive"``, ``"shared"`` or ``"limited"`` (``limit``: N, else ``None``).
     Taking a re-entrant lock again, and releasing it but the last time, are no events.

@@ -11,7 +11,7 @@
 
 ``result`` of an acquire: ``acquired``, ``busy`` (held, and the caller did not wait),
 ``timeout`` (waited ``blocking_timeout`` in vain), ``error`` (raised). ``reason`` of a
-loss: ``gone``, ``expired``, ``abandoned`` (:class:`~django_distlock.engine.LostCause`).
+loss: ``gone``, ``expired``, ``abandoned``, ``forced`` (:class:`~django_distlock.engine.LostCause`).
 ``result`` of a renewal: ``ok``, ``error``, ``lost``. ``lock``: see
 :func:`~django_distlock.telemetry.readings.labeller`.
 
@@ -42,7 +42,11 @@ __all__ = ["PrometheusMetrics", "observer"]
 
 _COUNTERS = (
     ("distlock_acquire", "Lock acquires, by result: acquired, busy, timeout, error.", "result"),
-    ("distlock_lost", "Locks lost by their holder, by reason: gone, expired, abandoned.", "reason"),
+    (
+        "distlock_lost",
+        "Locks lost by their holder, by reason: gone, expired, abandoned, forced.",
+        "reason",
+    ),
     ("distlock_renew", "Lease renewals by the watchdog, by result: ok, error, lost.", "result"),
 )
 """The counters of :class:`PrometheusMetrics` (``acquires``, ``lost``, ``renewals``):

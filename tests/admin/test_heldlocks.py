@@ -20,7 +20,9 @@ from django.utils import timezone
 from django.utils.html import escape
 
 from django_distlock import LockLost, LockNotOwned, distlock
+from django_distlock.connections import get_backend
 from django_distlock.engine import Lock
+from django_distlock.engine.forcing import listening
 from django_distlock.models import HeldLock, LockEvent
 from tests.support.admin import logged_in, make_user
 
@@ -780,3 +782,32 @@ def test_force_release_of_several_holds_at_once(admin, redis_client):
         assert sum(lock.owned() for lock in slots) == 1
     finally:
         _let_go(*slots)
+
+
+def test_the_force_released_holder_is_told_at_once_who_did_it(admin, admin_user):
+    """Its lease is 30 s (a renewal every 10 s): told within a second, by the notice the
+    force release publishes, with the admin user named."""
+    told = threading.Event()
+    lock = distlock("notice:job", timeout=30, on_lost=lambda lock: told.set())
+    lock.acquire()
+    try:
+        assert listening(get_backend(), 10.0)
+        changelist = admin.get(CHANGELIST).content.decode()
+        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', changelist)
+        assert csrf is not None
+        selection = _selection(lock)
+        started = time.monotonic()
+        response = admin.post(
+            FORCE_RELEASE,
+            {"lock": [selection], "confirm": "yes", "csrfmiddlewaretoken": csrf.group(1)},
+        )
+        assert response.status_code == 302
+        assert told.wait(5.0), "the holder was not told"
+        assert time.monotonic() - started < 1.0
+        assert lock.lost
+        assert lock.lost_reason == "it was force-released by user 'root'"
+        with pytest.raises(LockLost, match="force-released by user 'root'"):
+            lock.release()
+        assert LogEntry.objects.get().object_id == "notice:job"  # Recent actions
+    finally:
+        _let_go(lock)
