@@ -17,7 +17,7 @@ from urllib.parse import urlencode
 
 from django.contrib import admin, messages
 from django.contrib.admin.models import DELETION, LogEntry
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -28,8 +28,11 @@ from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_http_methods
 
 from ..commands.durations import format_duration
+from ..connections import lock_servers
+from ..engine import LockBackendUnavailable
 from ..heldlocks import lock_server_eviction_policy
 from ..models import HeldLock, LockEvent, Mode
+from ..settings import get_config
 
 __all__ = ["HeldLockAdmin"]
 
@@ -167,6 +170,32 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             **extra,
         }
 
+    def _unavailable(self, request: HttpRequest, exc: LockBackendUnavailable) -> HttpResponse:
+        """The page every held-lock view answers while the lock server cannot be reached:
+        503, in the admin's frame, naming the server and the error (lock events, kept in
+        the database, are a link away)."""
+        try:
+            where = lock_servers(get_config()).describe()
+        except ImproperlyConfigured:
+            where = _("the lock server")
+        error = str(exc)
+        try:
+            events_url = reverse("admin:django_distlock_lockevent_changelist")
+        except NoReverseMatch:
+            events_url = ""
+        context = self._context(
+            request,
+            _("Lock server unavailable"),
+            where=where,
+            error=error,
+            events_url=events_url
+            if request.user.has_perm("django_distlock.view_lockevent")
+            else "",
+        )
+        return TemplateResponse(
+            request, "admin/django_distlock/heldlock/unavailable.html", context, status=503
+        )
+
     # -- changelist ---------------------------------------------------------------------
 
     def changelist_view(
@@ -174,8 +203,17 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     ) -> HttpResponse:
         """The held locks: search (``?q=``, a literal substring of the name), ordering
         (``?o=``) and pages of 100 (``?p=``), from a few Redis round trips whatever the
-        number of locks."""
+        number of locks. While the lock server cannot be reached: a 503 page that says so
+        (the same for the detail and force-release pages)."""
         self._check_view(request)
+        try:
+            return self._changelist(request, extra_context)
+        except LockBackendUnavailable as exc:
+            return self._unavailable(request, exc)
+
+    def _changelist(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None
+    ) -> HttpResponse:
         query = request.GET.get("q", "")
         ordering = request.GET.get("o", "name")
         if ordering not in _ORDERINGS:
@@ -239,6 +277,12 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         """One lock's holds (each with its own force release) and its recent events; 404
         when it is not held."""
         self._check_view(request)
+        try:
+            return self._detail(request)
+        except LockBackendUnavailable as exc:
+            return self._unavailable(request, exc)
+
+    def _detail(self, request: HttpRequest) -> HttpResponse:
         name = request.GET.get("name", "")
         holds = list(HeldLock.objects.filter(name=name)) if name else []
         held = holds[0] if holds else None
@@ -292,6 +336,12 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         self._check_view(request)
         if not self.has_force_release_permission(request):
             raise PermissionDenied
+        try:
+            return self._confirm_or_release(request)
+        except LockBackendUnavailable as exc:
+            return self._unavailable(request, exc)
+
+    def _confirm_or_release(self, request: HttpRequest) -> HttpResponse:
         data = request.POST if request.method == "POST" else request.GET
         selected = [
             parsed for parsed in map(_parse_selection, data.getlist("lock")) if parsed is not None

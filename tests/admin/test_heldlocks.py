@@ -811,3 +811,57 @@ def test_the_force_released_holder_is_told_at_once_who_did_it(admin, admin_user)
         assert LogEntry.objects.get().object_id == "notice:job"  # Recent actions
     finally:
         _let_go(lock)
+
+
+# -- the lock server down ---------------------------------------------------------------
+
+
+@pytest.fixture
+def lock_server_down(private_redis, settings):
+    """``DISTLOCK`` points at a real server that was stopped; yields its address."""
+    address = f"127.0.0.1:{private_redis.port}"
+    settings.DISTLOCK = {**getattr(settings, "DISTLOCK", {}), "URL": private_redis.url}
+    private_redis.stop()
+    return address
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        CHANGELIST,
+        CHANGELIST + "?q=invoice",
+        CHANGELIST + "?o=-ttl&p=2",
+        _detail("invoice:42"),
+        FORCE_RELEASE + "?" + urlencode({"lock": "token:7:invoice:42"}),
+    ],
+)
+def test_every_held_locks_page_says_the_lock_server_is_down(admin, lock_server_down, url):
+    response = admin.get(url)
+    assert response.status_code == 503
+    html = response.content.decode()
+    assert "Lock server unavailable" in html
+    assert f"one Redis server, redis://{lock_server_down}" in html
+    assert "Connection refused" in html  # the error itself
+    assert 'id="user-tools"' in html  # the admin's chrome, not a bare error page
+    assert "/admin/django_distlock/lockevent/" in html  # events are still there
+
+
+def test_force_release_posted_during_an_outage_says_so(admin, lock_server_down):
+    page = admin.get("/admin/").content.decode()
+    csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+    response = admin.post(
+        FORCE_RELEASE,
+        {
+            "lock": ["token:7:invoice:42"],
+            "confirm": "yes",
+            "csrfmiddlewaretoken": csrf.group(1) if csrf else "",
+        },
+    )
+    assert response.status_code == 503
+    assert "Lock server unavailable" in response.content.decode()
+    assert not LogEntry.objects.exists()
+
+
+def test_lock_events_keep_working_during_an_outage(admin, lock_server_down):
+    response = admin.get("/admin/django_distlock/lockevent/")
+    assert response.status_code == 200
