@@ -159,19 +159,26 @@ def test_pay_views_guard_and_fence(demo: Callable[..., subprocess.CompletedProce
 
 
 def test_close_books_refuses_a_second_run(
-    demo: Callable[..., subprocess.CompletedProcess[str]],
+    demo: Callable[..., subprocess.CompletedProcess[str]], tmp_path: Path
 ) -> None:
+    """The first run holds the lock until the test removes its flag file: the second is
+    refused however long ``manage.py`` takes to start."""
     env = demo.env  # type: ignore[attr-defined]
-    with background(env, "close_books", "--steps", "6", "--step-seconds", "0.5") as first:
+    flag = tmp_path / "hold"
+    flag.touch()
+    args = ("close_books", "--steps", "2", "--step-seconds", "0", "--hold-while", str(flag))
+    with background(env, *args) as first:
         assert first.stdout is not None
         assert "closing the books" in first.stdout.readline()
         second = demo("close_books", "--steps", "1", check=False)
         assert second.returncode == 1
         assert "lock 'close_books' is held by" in second.stderr
         assert f":{first.pid} MainThread since " in second.stderr
+        assert first.poll() is None  # still holding: the refusal was no race
+        flag.unlink()
         stdout, stderr = first.communicate(timeout=30)
     assert first.returncode == 0, stderr
-    assert "step 6/6" in stdout
+    assert "step 2/2" in stdout
     assert "books closed" in stdout
 
 
