@@ -1,5 +1,6 @@
 """Prometheus metrics of locks, fed from lock events (``DISTLOCK["METRICS"] =
-"prometheus"``; needs ``prometheus_client``: ``pip install "django-distlock[prometheus]"``).
+"prometheus"``; needs ``prometheus_client``: ``pip install prometheus-client``, the
+``prometheus`` extra).
 
 - ``distlock_acquire_wait_seconds`` (histogram; ``lock``, ``result``): the time an
   acquire took, waiting included;
