@@ -311,10 +311,10 @@ def test_detail_page_shows_metadata_and_recent_events(admin, hold):
     assert len(events) == 50
     assert [event.fence for event in events] == list(range(50))  # newest first
     assert html.count('class="event event-acquired"') == 50
-    assert html.count("<td>web-1:4242 worker</td>") == 50  # the CLI's owner format
+    assert html.count('<td class="owner">web-1:4242 worker</td>') == 50  # the CLI's owner format
     assert ">999<" not in html
     assert "force-release-button" in html
-    force_url = re.search(r'<a href="([^"]+)" class="deletelink"', html)
+    force_url = re.search(r'<a href="([^"]+)" class="danger-button"', html)
     assert force_url is not None
     confirmation = admin.get(force_url.group(1).replace("&amp;", "&"))
     assert confirmation.status_code == 200
@@ -446,7 +446,7 @@ def test_force_release_button_on_the_detail_page(operator, redis_client):
     assert lock.acquire()
     try:
         detail = operator.get(_detail("from/detail")).content.decode()
-        url = re.search(r'<a href="([^"]+)" class="deletelink"', detail)
+        url = re.search(r'<a href="([^"]+)" class="danger-button"', detail)
         assert url is not None
         confirmation = operator.get(url.group(1).replace("&amp;", "&"))
         assert confirmation.status_code == 200
