@@ -15,6 +15,7 @@ not lost for good: the holder's next renewal finds the lock gone.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -119,8 +120,14 @@ class _Listener:
         self._watched = watched
         self.closed = False
         self.subscribed = threading.Event()
+        self._subscriber: Any = None
         self._thread = threading.Thread(target=self._run, name="distlock-forced", daemon=True)
         self._thread.start()
+
+    def stop(self) -> None:
+        """End the subscription (its backend is closed); the thread ends with it."""
+        self.closed = True
+        _close(self._subscriber)
 
     def _run(self) -> None:
         idle_since: float | None = None
@@ -133,8 +140,12 @@ class _Listener:
                 if not self._holds():
                     self.closed = True
                 continue
+            self._subscriber = subscriber
+            if self.closed:  # stopped while it subscribed
+                _close(subscriber)
+                return
             try:
-                while True:
+                while not self.closed:
                     message = subscriber.get_message(timeout=POLL)
                     if message is not None and message.get("type") == "message":
                         self._heard(message["data"])
@@ -147,7 +158,8 @@ class _Listener:
                         self.closed = True
                         return
             except Exception as exc:  # noqa: BLE001 - resubscribe, whatever broke
-                logger.info("django-distlock: force-release notices interrupted: %s", exc)
+                if not self.closed:
+                    logger.info("django-distlock: force-release notices interrupted: %s", exc)
             finally:
                 self.subscribed.clear()
                 _close(subscriber)
@@ -211,6 +223,7 @@ def _close(subscriber: Any) -> None:
 
 
 _listeners: weakref.WeakKeyDictionary[Backend, _Listener] = weakref.WeakKeyDictionary()
+_stopped_on_close: weakref.WeakSet[Backend] = weakref.WeakSet()
 _listeners_lock = threading.Lock()
 
 
@@ -230,6 +243,19 @@ def listen(backend: Backend, watched: Callable[[], list[Hold]]) -> None:
         listener = _listeners.get(backend)
         if listener is None or listener.closed:
             _listeners[backend] = _Listener(backend, watched)
+            if backend not in _stopped_on_close:
+                _stopped_on_close.add(backend)
+                backend.on_close(functools.partial(_stop_listening, weakref.ref(backend)))
+
+
+def _stop_listening(backend_ref: weakref.ref[Backend]) -> None:
+    backend = backend_ref()
+    if backend is None:
+        return
+    _stopped_on_close.discard(backend)
+    listener = _listeners.get(backend)
+    if listener is not None:
+        listener.stop()
 
 
 def listening(backend: Backend, timeout: float = 0.0) -> bool:
@@ -242,8 +268,9 @@ def listening(backend: Backend, timeout: float = 0.0) -> bool:
 
 def _forget_after_fork() -> None:
     # A forked child holds none of its parent's locks and has none of its threads.
-    global _listeners, _listeners_lock
+    global _listeners, _listeners_lock, _stopped_on_close
     _listeners = weakref.WeakKeyDictionary()
+    _stopped_on_close = weakref.WeakSet()
     _listeners_lock = threading.Lock()
 
 
