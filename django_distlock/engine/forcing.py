@@ -35,7 +35,14 @@ from .modes import EXCLUSIVE, LIMITED, SHARED
 from .notifier import notifier
 from .renewal import mark_lost, settled, tell_holder
 
-__all__ = ["FORCED_CHANNEL", "force_release", "forced_reason", "listen", "listening"]
+__all__ = [
+    "FORCED_CHANNEL",
+    "force_release",
+    "forced_reason",
+    "listen",
+    "listening",
+    "subscriptions",
+]
 
 logger = logging.getLogger("django_distlock")
 
@@ -121,6 +128,8 @@ class _Listener:
         self.closed = False
         self.subscribed = threading.Event()
         self._subscriber: Any = None
+        self.subscriptions = 0
+        """How many times it subscribed (again after a connection was lost)."""
         self._thread = threading.Thread(target=self._run, name="distlock-forced", daemon=True)
         self._thread.start()
 
@@ -190,6 +199,7 @@ class _Listener:
             logger.info("django-distlock: cannot subscribe to force-release notices: %s", exc)
             _close(subscriber)
             return None
+        self.subscriptions += 1
         self.subscribed.set()
         return subscriber
 
@@ -256,6 +266,13 @@ def _stop_listening(backend_ref: weakref.ref[Backend]) -> None:
     listener = _listeners.get(backend)
     if listener is not None:
         listener.stop()
+
+
+def subscriptions(backend: Backend) -> int:
+    """How many times this process's current listener of ``backend`` subscribed (1, then
+    one more after each lost connection). For tests and diagnostics."""
+    listener = _listeners.get(backend)
+    return 0 if listener is None else listener.subscriptions
 
 
 def listening(backend: Backend, timeout: float = 0.0) -> bool:

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from django_distlock.engine import Lock, LockLost, LostCause, force_release
-from django_distlock.engine.forcing import listening
-from tests.support.engine import Recorder
+from django_distlock.engine.forcing import listening, subscriptions
+from tests.support.engine import Recorder, primaries_of, wait_until
 
 LEASE = 30.0
 """Renewals come every 10 s: a holder told within a second was told by the notice."""
@@ -62,3 +62,33 @@ async def test_a_notice_for_another_token_leaves_the_holder_alone(api, make_back
         await asyncio.sleep(0.3)
         assert not lock.lost
         assert await api.owned(lock)
+
+
+def test_the_subscription_comes_back_after_its_connection_is_cut(make_backend, redis_client):
+    """The server drops the subscriber's connection (a restart, a failover, a proxy):
+    the process subscribes again by itself, and the next force release is still told
+    within a second."""
+    backend = make_backend()
+    told = threading.Event()
+    lock = Lock("cut", backend=backend, timeout=LEASE, on_lost=lambda lock: told.set())
+
+    delays: list[float] = []
+
+    def cut_then_force_release() -> None:
+        with lock:
+            assert listening(backend, 10.0)
+            assert subscriptions(backend) == 1
+            cut = sum(
+                primary.client_kill_filter(_type="pubsub", skipme=True)
+                for primary in primaries_of(redis_client)
+            )
+            assert cut >= 1
+            wait_until(lambda: subscriptions(backend) == 2 and listening(backend))
+            started = time.monotonic()
+            assert force_release(make_backend(), "cut", lock.token, by="user 'carol'")
+            assert told.wait(5.0)
+            delays.append(time.monotonic() - started)
+
+    with pytest.raises(LockLost, match="force-released by user 'carol'"):
+        cut_then_force_release()
+    assert delays[0] < 1.0
