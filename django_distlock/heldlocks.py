@@ -36,6 +36,7 @@ __all__ = [
     "HeldLockManager",
     "HeldLockQuerySet",
     "lock_server_eviction_policy",
+    "operator_label",
     "owner_label",
     "record_force_releases_with",
     "release_held_lock",
@@ -63,6 +64,21 @@ def owner_label(host: str, pid: int | None, thread: str) -> str:
     'web-3:4242 MainThread'
     """
     return f"{host or '-'}:{'-' if pid is None else pid} {thread or '-'}"
+
+
+def operator_label(by: Any) -> str:
+    """Who force-released a lock, as its holder is told (``LockLost``, ``on_lost``):
+    ``user 'alice'`` for a user, a string as is, ``""`` (an operator) for ``None``.
+
+    >>> operator_label("manage.py distlock release on web-3")
+    'manage.py distlock release on web-3'
+    """
+    if by is None:
+        return ""
+    if isinstance(by, str):
+        return by
+    get_username = getattr(by, "get_username", None)
+    return f"user {get_username()!r}" if callable(get_username) else str(by)
 
 
 def record_force_releases_with(recorder: Callable[..., None] | None) -> None:
@@ -338,9 +354,10 @@ def release_held_lock(held: HeldLock, *, force: bool = False, by: Any = None) ->
     been released or the lock changed hands since it was read (nothing is touched then).
     For a shared or limited lock only that hold ends; the other holders keep theirs.
 
-    This takes a lock away from a process that believes it holds it (its watchdog tells
-    it: ``lock.lost``, ``lock_lost``, ``LockLost`` on leaving ``with``), so it refuses to
-    run without ``force=True``. A ``force_released`` event records ``by`` (a user) when
+    This takes a lock away from a process that believes it holds it, so it refuses to
+    run without ``force=True``. That process is told at once (``lock.lost``,
+    ``lock_lost``, ``LockLost`` on leaving ``with``), with a reason that names ``by``
+    (:func:`operator_label`). A ``force_released`` event records ``by`` (a user) when
     it released the hold; one that found nothing to release records no event (the
     history says only what happened), and the recorder still sends
     ``lock_force_released`` with ``released=False``. ``HeldLock.release(force=True,
@@ -356,7 +373,9 @@ def release_held_lock(held: HeldLock, *, force: bool = False, by: Any = None) ->
         )
     if not held.token:
         raise ValueError(f"held lock {held.name!r} was not read from Redis (it has no token)")
-    released = force_release(get_backend(), held.name, held.token, held.mode or None)
+    released = force_release(
+        get_backend(), held.name, held.token, held.mode or None, by=operator_label(by)
+    )
     if _recorder is not None:
         _recorder(held, by, released=released)
     return released

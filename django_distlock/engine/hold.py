@@ -23,13 +23,16 @@ class LostCause(enum.StrEnum):
     event, the label of the lost-locks metric."""
 
     GONE = "gone"
-    """Redis says the lock is no longer ours: its lease ended there, an operator
-    force-released it, or another holder took it."""
+    """Redis says the lock is no longer ours: its lease ended there, another holder
+    took it, or an operator force-released it and the notice was missed."""
     EXPIRED = "expired"
     """Its lease ended before Redis confirmed a renewal (Redis unreachable or too slow)."""
     ABANDONED = "abandoned"
     """Its owner (thread or task) ended, or its lock object was dropped, without
     releasing it."""
+    FORCED = "forced"
+    """An operator force-released it (the reason names who): its process was told by
+    the force release's notice, before any renewal."""
 
 
 @dataclass(eq=False, slots=True)

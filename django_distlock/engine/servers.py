@@ -28,6 +28,7 @@ import redis
 import redis.asyncio
 import redis.asyncio.cluster
 import redis.asyncio.retry
+import redis.client
 import redis.cluster
 import redis.retry
 from redis.backoff import NoBackoff
@@ -167,6 +168,15 @@ class Server:
         for pool in (self.requests, self._waits, self._bounded):
             if pool is not None:
                 pool.disconnect(inuse_connections=False)
+
+    def subscriber(self) -> redis.client.PubSub:
+        """A redis-py ``PubSub`` on a pool of its own (the settings of ``requests``, one
+        connection), so that a subscription never takes one of the client's connections;
+        the caller closes it (``close()``, then its ``connection_pool.disconnect()``)."""
+        settings = _wait_pool_settings(self.requests)
+        settings["max_connections"] = 1
+        client = redis.Redis(connection_pool=redis.ConnectionPool(**settings))
+        return client.pubsub()
 
     def close(self) -> None:
         """Close the idle connections of the engine's pools (``requests`` is its

@@ -38,7 +38,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from . import process
+from . import forcing, process
 from .aio import AsyncDriver
 from .exceptions import LockError
 from .hold import Hold
@@ -189,8 +189,10 @@ class ThreadWatchdog:
         self._lanes: weakref.WeakKeyDictionary[Any, _Lane] = weakref.WeakKeyDictionary()
 
     def watch(self, hold: Hold) -> None:
-        """Start renewing ``hold`` until it is released."""
+        """Start renewing ``hold`` until it is released (and listening for its force
+        release)."""
         self._add(first_renewal(hold), RENEW, hold)
+        forcing.listen(hold.backend, watched_holds)
 
     def give_back(self, hold: Hold) -> None:
         """Release ``hold``, left by an acquire that failed, once Redis answers."""
@@ -288,8 +290,10 @@ class LoopWatchdog:
         self._due: weakref.WeakValueDictionary[float, _Batch] = weakref.WeakValueDictionary()
 
     def watch(self, hold: Hold) -> None:
-        """Start renewing ``hold`` until it is released."""
+        """Start renewing ``hold`` until it is released (and listening for its force
+        release)."""
         self._schedule(hold, first_renewal(hold))
+        forcing.listen(hold.backend, watched_holds)
 
     def give_back(self, hold: Hold) -> None:
         """Async twin of :meth:`ThreadWatchdog.give_back`."""

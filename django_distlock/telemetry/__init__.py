@@ -26,13 +26,15 @@ __all__ = ["BACKENDS", "MetricsBackend", "flush_metrics", "metrics_observer", "m
 
 @dataclass(frozen=True)
 class MetricsBackend:
-    """A metrics backend: the module of ours that feeds it, the library that module needs,
-    and the extra that installs it."""
+    """A metrics backend: the module of ours that feeds it, the library that module needs
+    (its import name, and the distribution pip installs it from), and the extra that
+    installs it."""
 
     name: str
     module: str
     library: str
     extra: str
+    distribution: str
 
     @property
     def problem(self) -> str:
@@ -43,17 +45,26 @@ class MetricsBackend:
     def hint(self) -> str:
         """How to fix :attr:`problem`."""
         return (
-            f'Install it with pip install "django-distlock[{self.extra}]", or remove '
-            f"{self.name!r} from DISTLOCK['METRICS']."
+            f"Install {self.distribution} (pip install {self.distribution}; it is what "
+            f"the {self.extra!r} extra brings), or remove {self.name!r} from "
+            "DISTLOCK['METRICS']."
         )
 
 
 BACKENDS: dict[str, MetricsBackend] = {
     "prometheus": MetricsBackend(
-        "prometheus", "django_distlock.telemetry.prometheus", "prometheus_client", "prometheus"
+        "prometheus",
+        "django_distlock.telemetry.prometheus",
+        "prometheus_client",
+        "prometheus",
+        "prometheus-client",
     ),
     "otel": MetricsBackend(
-        "otel", "django_distlock.telemetry.otel", "opentelemetry.metrics", "otel"
+        "otel",
+        "django_distlock.telemetry.otel",
+        "opentelemetry.metrics",
+        "otel",
+        "opentelemetry-api",
     ),
 }
 """Every value of ``DISTLOCK["METRICS"]``, and what it needs."""

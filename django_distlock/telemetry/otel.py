@@ -1,6 +1,6 @@
 """OpenTelemetry spans and metrics of locks, fed from lock events (``DISTLOCK["METRICS"] =
-"otel"``; needs ``opentelemetry-api``: ``pip install "django-distlock[otel]"``, and an SDK
-configured by the application to export anything).
+"otel"``; needs ``opentelemetry-api``: ``pip install opentelemetry-api`` (the ``otel``
+extra), and an SDK configured by the application to export anything).
 
 Spans (tracer ``django_distlock``), made whether or not a trace is current where the
 lock is acquired, as OpenTelemetry's own instrumentations do: the application's sampler

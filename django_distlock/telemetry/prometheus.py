@@ -1,5 +1,6 @@
 """Prometheus metrics of locks, fed from lock events (``DISTLOCK["METRICS"] =
-"prometheus"``; needs ``prometheus_client``: ``pip install "django-distlock[prometheus]"``).
+"prometheus"``; needs ``prometheus_client``: ``pip install prometheus-client``, the
+``prometheus`` extra).
 
 - ``distlock_acquire_wait_seconds`` (histogram; ``lock``, ``result``): the time an
   acquire took, waiting included;
@@ -11,7 +12,7 @@
 
 ``result`` of an acquire: ``acquired``, ``busy`` (held, and the caller did not wait),
 ``timeout`` (waited ``blocking_timeout`` in vain), ``error`` (raised). ``reason`` of a
-loss: ``gone``, ``expired``, ``abandoned`` (:class:`~django_distlock.engine.LostCause`).
+loss: ``gone``, ``expired``, ``abandoned``, ``forced`` (:class:`~django_distlock.engine.LostCause`).
 ``result`` of a renewal: ``ok``, ``error``, ``lost``. ``lock``: see
 :func:`~django_distlock.telemetry.readings.labeller`.
 
@@ -42,7 +43,11 @@ __all__ = ["PrometheusMetrics", "observer"]
 
 _COUNTERS = (
     ("distlock_acquire", "Lock acquires, by result: acquired, busy, timeout, error.", "result"),
-    ("distlock_lost", "Locks lost by their holder, by reason: gone, expired, abandoned.", "reason"),
+    (
+        "distlock_lost",
+        "Locks lost by their holder, by reason: gone, expired, abandoned, forced.",
+        "reason",
+    ),
     ("distlock_renew", "Lease renewals by the watchdog, by result: ok, error, lost.", "result"),
 )
 """The counters of :class:`PrometheusMetrics` (``acquires``, ``lost``, ``renewals``):

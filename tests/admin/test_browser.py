@@ -5,14 +5,18 @@ Screenshots go to ``test-artifacts/`` at the repository root.
 
 from __future__ import annotations
 
+import itertools
+import re
 from typing import Any
 
+import pytest
 from django.urls import reverse
 from playwright.sync_api import Page, expect
 
 from django_distlock import distlock
 from tests.support.browser import (  # noqa: F401 (fixtures)
     ADMIN_USERNAME,
+    ARTIFACTS,
     admin_page_fixture,
     admin_user_fixture,
     browser_context_fixture,
@@ -284,7 +288,7 @@ def test_each_kind_of_lock_and_force_release_of_one_shared_hold(
     expect(page.locator("#holds-summary")).to_have_text("Held by 2 holders (shared).")
     expect(page.locator("h2.hold-title")).to_have_text(["Hold 1 of 2", "Hold 2 of 2"])
     expect(page.locator("table.heldlock-detail")).to_have_count(2)
-    expect(page.locator("a.deletelink")).to_have_count(2)
+    expect(page.locator("a.danger-button")).to_have_count(2)
     assert is_png(save_screenshot(page, "admin-heldlock-shared-detail.png"))
 
     # Force release the hold of the first reader: pick its button by its fence.
@@ -466,3 +470,195 @@ def test_force_release_of_a_lock_that_expired_offers_nothing_to_confirm(
     for cell in text_box(page, "#force-release-list thead th, #force-release-list tbody th"):
         assert cell["lines"] == 1, cell
     assert is_png(save_screenshot(page, "admin-force-release-expired-1280.png"))
+
+
+# -- every page at 800 and 1280 px (issue 28) --------------------------------------------
+
+WIDTHS = (800, 1280)
+
+
+def page_box(page: Page) -> dict[str, float]:
+    """How wide the page is against the window: it must never scroll sideways."""
+    return page.evaluate(
+        "() => ({page: document.documentElement.scrollWidth, viewport: innerWidth})"
+    )
+
+
+def scrolls_itself(page: Page, selector: str) -> bool:
+    """Whether ``selector``'s box scrolls sideways by itself (as stock Django's
+    changelist results do) instead of widening the page."""
+    return page.evaluate(
+        """selector => {
+            const box = document.querySelector(selector);
+            return ['auto', 'scroll'].includes(getComputedStyle(box).overflowX)
+                && box.getBoundingClientRect().right <= innerWidth + 0.5;
+        }""",
+        selector,
+    )
+
+
+def hold_wide_locks(hold: Any) -> list[Any]:
+    """Three locks with long names and contexts (the columns the table is widest by)."""
+    return [
+        hold.enter_context(
+            distlock(f"invoice:{n}:pdf-render", context=LONG_CONTEXT, timeout=300, auto_renew=False)
+        )
+        for n in (1001, 1002, 1003)
+    ]
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_held_locks_pages_fit_the_window(
+    admin_page: Page, live_server: Any, admin_user: Any, hold: Any, width: int
+) -> None:
+    """The list and a lock's page at 800 and 1280 px: the page never scrolls sideways
+    (the tables scroll in their own box); the detail page's times have no microseconds,
+    each date and time stays on one line, its events show human kinds and "PID", and its
+    force-release button looks like a button."""
+    from django.utils import timezone
+
+    from django_distlock.models import LockEvent
+
+    hold_wide_locks(hold)
+    name = "invoice:1001:pdf-render"
+    LockEvent.objects.bulk_create(
+        LockEvent(
+            name=name,
+            kind=kind,
+            fence=1_795_654_505_819_153,
+            host="web-worker-7.prod.example.internal",
+            pid=40_000,
+            thread="Thread-3 (process_request_thread)",
+            context=LONG_CONTEXT,
+            user=admin_user if kind == "force_released" else None,
+            at=timezone.now(),
+        )
+        for kind in ("acquired", "force_released", "lost")
+    )
+    page = admin_page
+    page.set_viewport_size({"width": width, "height": 900})
+
+    page.goto(heldlocks_url(live_server))
+    expect(page.locator("#heldlocks tbody tr")).to_have_count(3)
+    assert is_png(save_screenshot(page, f"admin-heldlocks-{width}.png"))
+    box = page_box(page)
+    assert box["page"] <= box["viewport"], box
+    assert scrolls_itself(page, "#heldlocks-results")
+    assert "Owner (host, PID, thread)" in (page.locator("#heldlocks thead").text_content() or "")
+
+    page.goto(f"{live_server.url}{reverse('admin:django_distlock_heldlock_detail')}?name={name}")
+    assert is_png(save_screenshot(page, f"admin-heldlock-detail-{width}.png"))
+    box = page_box(page)
+    assert box["page"] <= box["viewport"], box
+    assert scrolls_itself(page, "#recent-events-results")
+    acquired = page.locator("#heldlock-detail td.acquired-at").inner_text()
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+", acquired), acquired
+    for cell in text_box(page, "#recent-events td.at .date, #recent-events td.at .time"):
+        assert cell["lines"] == 1, cell
+    text = page.locator("#content-main").inner_text()
+    assert "force_released" not in text
+    assert "force released" in text
+    assert page.locator("#heldlock-detail th", has_text="PID").count() == 1
+    assert "Pid" not in text
+    button = page.evaluate(
+        """() => {
+            const style = getComputedStyle(document.getElementById('force-release-button'));
+            return {background: style.backgroundColor, padding: parseFloat(style.paddingLeft),
+                    radius: parseFloat(style.borderTopLeftRadius), display: style.display};
+        }"""
+    )
+    assert button["background"] not in ("rgba(0, 0, 0, 0)", "transparent"), button
+    assert button["padding"] >= 6, button
+    assert button["radius"] > 0, button
+    assert button["display"] in ("inline-block", "block", "inline-flex", "flex"), button
+
+    # An event's own page: its title says the kind as people read it, and "PID".
+    event = LockEvent.objects.get(name=name, kind="force_released")
+    page.goto(
+        f"{live_server.url}{reverse('admin:django_distlock_lockevent_change', args=[event.pk])}"
+    )
+    assert "force_released" not in page.title()
+    assert "force released" in page.locator("#content").inner_text()
+    assert "force_released" not in page.locator("#content").inner_text()
+    expect(page.locator(".field-process_id label")).to_have_text("PID:")
+    assert is_png(save_screenshot(page, f"admin-lockevent-force-released-{width}.png"))
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_events_chart_reads_well(
+    admin_page: Page, live_server: Any, admin_user: Any, width: int
+) -> None:
+    """The x-axis labels never overlap (at 1280 px, at every bucket count that showed
+    it), and at 800 px (a column of about 230 px beside both sidebars) the chart keeps
+    520 px or more, its legend drawn at 11 px or more, scrolling in its own box rather
+    than the page."""
+    import datetime as dt
+
+    from django.utils import timezone
+
+    from django_distlock.models import LockEvent
+
+    page = admin_page
+    page.set_viewport_size({"width": width, "height": 900})
+    now = timezone.now().replace(minute=30)
+    for buckets in (2, 3, 5, 24):
+        LockEvent.objects.all().delete()
+        LockEvent.objects.bulk_create(
+            LockEvent(name="chart", kind=kind, at=now - dt.timedelta(hours=hour))
+            for hour in range(buckets)
+            for kind in ("acquired", "released", "force_released", "lost", "contended")
+        )
+        page.goto(lockevents_url(live_server))
+        ticks = page.evaluate(
+            """() => [...document.querySelectorAll('#distlock-events-summary svg text.tick')]
+                .map(text => { const box = text.getBoundingClientRect();
+                    return {left: box.left, right: box.right, text: text.textContent}; })"""
+        )
+        assert len(ticks) >= 2, (buckets, ticks)
+        for before, after in itertools.pairwise(ticks):
+            assert before["right"] + 4 <= after["left"], (buckets, before, after)
+    chart = page.evaluate(
+        """() => {
+            const svg = document.querySelector('#distlock-events-summary svg');
+            const legend = [...svg.querySelectorAll('g.legend text')].map(
+                text => parseFloat(getComputedStyle(text).fontSize) * text.getScreenCTM().a);
+            return {width: svg.getBoundingClientRect().width, legend: Math.min(...legend)};
+        }"""
+    )
+    summary = ARTIFACTS / f"admin-lockevents-chart-{width}-summary.png"
+    page.locator("#distlock-events-summary").screenshot(path=str(summary))
+    assert is_png(summary)
+    assert chart["width"] >= 520, chart
+    assert scrolls_itself(page, "#distlock-events-summary")
+    assert chart["legend"] >= 11, chart
+    box = page_box(page)
+    assert box["page"] <= box["viewport"], box
+    assert is_png(save_screenshot(page, f"admin-lockevents-chart-{width}.png"))
+
+
+def test_an_empty_list_has_no_select_all_box(admin_page: Page, live_server: Any) -> None:
+    page = admin_page
+    page.goto(heldlocks_url(live_server))
+    expect(page.locator("#heldlocks tbody")).to_contain_text("No lock is held.")
+    expect(page.locator("#select-all")).to_have_count(0)
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_the_outage_page_in_the_browser(
+    admin_page: Page, live_server: Any, private_redis: Any, settings: Any, width: int
+) -> None:
+    """The lock server stopped: the held-locks page is the admin's, saying so, at 503."""
+    settings.DISTLOCK = {"URL": private_redis.url}
+    private_redis.stop()
+    page = admin_page
+    page.set_viewport_size({"width": width, "height": 900})
+    response = page.goto(heldlocks_url(live_server))
+    assert response is not None
+    assert response.status == 503
+    expect(page.locator("#lock-server-unavailable")).to_contain_text(
+        f"one Redis server, redis://127.0.0.1:{private_redis.port}"
+    )
+    expect(page.locator("#user-tools")).to_be_visible()
+    box = page_box(page)
+    assert box["page"] <= box["viewport"], box
+    assert is_png(save_screenshot(page, f"admin-heldlocks-outage-{width}.png"))

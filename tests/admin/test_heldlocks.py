@@ -20,7 +20,9 @@ from django.utils import timezone
 from django.utils.html import escape
 
 from django_distlock import LockLost, LockNotOwned, distlock
+from django_distlock.connections import get_backend
 from django_distlock.engine import Lock
+from django_distlock.engine.forcing import listening
 from django_distlock.models import HeldLock, LockEvent
 from tests.support.admin import logged_in, make_user
 
@@ -309,10 +311,10 @@ def test_detail_page_shows_metadata_and_recent_events(admin, hold):
     assert len(events) == 50
     assert [event.fence for event in events] == list(range(50))  # newest first
     assert html.count('class="event event-acquired"') == 50
-    assert html.count("<td>web-1:4242 worker</td>") == 50  # the CLI's owner format
+    assert html.count('<td class="owner">web-1:4242 worker</td>') == 50  # the CLI's owner format
     assert ">999<" not in html
     assert "force-release-button" in html
-    force_url = re.search(r'<a href="([^"]+)" class="deletelink"', html)
+    force_url = re.search(r'<a href="([^"]+)" class="danger-button"', html)
     assert force_url is not None
     confirmation = admin.get(force_url.group(1).replace("&amp;", "&"))
     assert confirmation.status_code == 200
@@ -444,7 +446,7 @@ def test_force_release_button_on_the_detail_page(operator, redis_client):
     assert lock.acquire()
     try:
         detail = operator.get(_detail("from/detail")).content.decode()
-        url = re.search(r'<a href="([^"]+)" class="deletelink"', detail)
+        url = re.search(r'<a href="([^"]+)" class="danger-button"', detail)
         assert url is not None
         confirmation = operator.get(url.group(1).replace("&amp;", "&"))
         assert confirmation.status_code == 200
@@ -780,3 +782,86 @@ def test_force_release_of_several_holds_at_once(admin, redis_client):
         assert sum(lock.owned() for lock in slots) == 1
     finally:
         _let_go(*slots)
+
+
+def test_the_force_released_holder_is_told_at_once_who_did_it(admin, admin_user):
+    """Its lease is 30 s (a renewal every 10 s): told within a second, by the notice the
+    force release publishes, with the admin user named."""
+    told = threading.Event()
+    lock = distlock("notice:job", timeout=30, on_lost=lambda lock: told.set())
+    lock.acquire()
+    try:
+        assert listening(get_backend(), 10.0)
+        changelist = admin.get(CHANGELIST).content.decode()
+        csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', changelist)
+        assert csrf is not None
+        selection = _selection(lock)
+        started = time.monotonic()
+        response = admin.post(
+            FORCE_RELEASE,
+            {"lock": [selection], "confirm": "yes", "csrfmiddlewaretoken": csrf.group(1)},
+        )
+        assert response.status_code == 302
+        assert told.wait(5.0), "the holder was not told"
+        assert time.monotonic() - started < 1.0
+        assert lock.lost
+        assert lock.lost_reason == "it was force-released by user 'root'"
+        with pytest.raises(LockLost, match="force-released by user 'root'"):
+            lock.release()
+        assert LogEntry.objects.get().object_id == "notice:job"  # Recent actions
+    finally:
+        _let_go(lock)
+
+
+# -- the lock server down ---------------------------------------------------------------
+
+
+@pytest.fixture
+def lock_server_down(private_redis, settings):
+    """``DISTLOCK`` points at a real server that was stopped; yields its address."""
+    address = f"127.0.0.1:{private_redis.port}"
+    settings.DISTLOCK = {**getattr(settings, "DISTLOCK", {}), "URL": private_redis.url}
+    private_redis.stop()
+    return address
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        CHANGELIST,
+        CHANGELIST + "?q=invoice",
+        CHANGELIST + "?o=-ttl&p=2",
+        _detail("invoice:42"),
+        FORCE_RELEASE + "?" + urlencode({"lock": "token:7:invoice:42"}),
+    ],
+)
+def test_every_held_locks_page_says_the_lock_server_is_down(admin, lock_server_down, url):
+    response = admin.get(url)
+    assert response.status_code == 503
+    html = response.content.decode()
+    assert "Lock server unavailable" in html
+    assert f"one Redis server, redis://{lock_server_down}" in html
+    assert "Connection refused" in html  # the error itself
+    assert 'id="user-tools"' in html  # the admin's chrome, not a bare error page
+    assert "/admin/django_distlock/lockevent/" in html  # events are still there
+
+
+def test_force_release_posted_during_an_outage_says_so(admin, lock_server_down):
+    page = admin.get("/admin/").content.decode()
+    csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page)
+    response = admin.post(
+        FORCE_RELEASE,
+        {
+            "lock": ["token:7:invoice:42"],
+            "confirm": "yes",
+            "csrfmiddlewaretoken": csrf.group(1) if csrf else "",
+        },
+    )
+    assert response.status_code == 503
+    assert "Lock server unavailable" in response.content.decode()
+    assert not LogEntry.objects.exists()
+
+
+def test_lock_events_keep_working_during_an_outage(admin, lock_server_down):
+    response = admin.get("/admin/django_distlock/lockevent/")
+    assert response.status_code == 200

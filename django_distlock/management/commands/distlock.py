@@ -94,7 +94,7 @@ def _django_options() -> argparse.ArgumentParser:
     options.add_argument("-v", "--verbosity", type=int, choices=[0, 1, 2, 3], **hidden)
     options.add_argument("--settings", **hidden)
     options.add_argument("--pythonpath", **hidden)
-    for flag in ("--traceback", "--no-color", "--force-color"):
+    for flag in ("--traceback", "--no-color", "--force-color", "--skip-checks"):
         options.add_argument(flag, action="store_true", **hidden)
     return options
 
@@ -108,6 +108,9 @@ class Command(BaseCommand):
     requires_system_checks: ClassVar[list[str]] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
+        # Django adds --skip-checks only to commands that run checks; this one runs none,
+        # so it accepts the option (before or after the subcommand) and ignores it.
+        parser.add_argument("--skip-checks", action="store_true", help=argparse.SUPPRESS)
         subcommands = parser.add_subparsers(
             dest="subcommand",
             required=True,

@@ -585,3 +585,25 @@ def test_prune_events_rejects_bad_durations(value, message):
 def test_prune_events_requires_older_than():
     with pytest.raises(CommandError, match="--older-than"):
         distlock_cli("prune-events")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["list", "--skip-checks"], ["--skip-checks", "list"], ["show", "nothing", "--skip-checks"]],
+)
+def test_skip_checks_is_accepted_like_every_django_command(redis_client, args):
+    """``--skip-checks`` works with every Django command; ``distlock`` runs no checks
+    anyway, so it accepts and ignores it, before or after the subcommand."""
+    result = subprocess.run(
+        [sys.executable, "-m", "django", "distlock", *args, "--settings", "tests.settings"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert "unrecognized arguments" not in result.stderr
+    if args[0] == "show" or args[-1] == "show":
+        assert "lock 'nothing' is not held" in result.stderr
+    else:
+        assert result.returncode == 0, result.stderr

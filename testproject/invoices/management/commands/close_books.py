@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from django_distlock import LockedCommand
@@ -23,6 +24,12 @@ class Command(LockedCommand):
             default=0.5,
             help="seconds per step (default: %(default)s)",
         )
+        parser.add_argument(
+            "--hold-while",
+            metavar="FILE",
+            help="after the steps, keep the lock for as long as FILE exists (tests remove "
+            "it to let go: no race with another run's start-up time)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         steps = options["steps"]
@@ -37,4 +44,8 @@ class Command(LockedCommand):
             time.sleep(options["step_seconds"])
             self.stdout.write(f"step {step}/{steps}", ending="\n")
             self.stdout.flush()
+        if options["hold_while"]:
+            flag = Path(options["hold_while"])
+            while flag.exists() and not self.lock.lost:
+                time.sleep(0.05)
         self.stdout.write(self.style.SUCCESS("books closed"))

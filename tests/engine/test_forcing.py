@@ -1,0 +1,94 @@
+"""Force release is felt at once: the holder's process hears the force release's notice
+and tells the holder within a second, whatever its lease, naming the force release and
+who did it; on every topology, sync and async, from another backend (another host)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from django_distlock.engine import Lock, LockLost, LostCause, force_release
+from django_distlock.engine.forcing import listening, subscriptions
+from tests.support.engine import Recorder, primaries_of, wait_until
+
+LEASE = 30.0
+"""Renewals come every 10 s: a holder told within a second was told by the notice."""
+
+
+async def test_the_holder_is_told_within_a_second_naming_who(api, make_backend, redis_client):
+    recorder = Recorder()
+    backend = make_backend(observer=recorder)
+    operator = make_backend()  # the admin's process: its own clients and connections
+    told = threading.Event()
+    told_at: list[float] = []
+
+    def on_lost(lock: Lock) -> None:
+        told_at.append(time.monotonic())
+        told.set()
+
+    lock = Lock("forced", backend=backend, timeout=LEASE, on_lost=on_lost)
+
+    async def hold_while_forced() -> None:
+        async with api.hold(lock):
+            assert await asyncio.to_thread(listening, backend, 10.0)
+            started = time.monotonic()
+            assert force_release(operator, "forced", lock.token, by="user 'alice'")
+            assert await asyncio.to_thread(told.wait, 5.0), "the holder was not told"
+            assert lock.lost
+            told_at[0] -= started
+
+    with pytest.raises(LockLost, match="force-released by user 'alice'"):
+        await hold_while_forced()
+    delay = told_at[0]
+    print(f"force-release notice delay: {delay * 1000:.1f} ms")
+    assert delay < 1.0
+    [lost] = recorder.of("lost")
+    assert lost.cause == LostCause.FORCED == "forced"
+    assert lost.reason == "it was force-released by user 'alice'"
+
+
+async def test_a_notice_for_another_token_leaves_the_holder_alone(api, make_backend, redis_client):
+    backend = make_backend()
+    lock = Lock("kept", backend=backend, timeout=LEASE)
+    other = Lock("other", backend=make_backend(), timeout=LEASE, auto_renew=False)
+    async with api.hold(lock):
+        assert await asyncio.to_thread(listening, backend, 10.0)
+        other.acquire()
+        assert force_release(backend, "other", other.token, by="user 'bob'")
+        assert not force_release(backend, "kept", "not-its-token", by="user 'bob'")
+        await asyncio.sleep(0.3)
+        assert not lock.lost
+        assert await api.owned(lock)
+
+
+def test_the_subscription_comes_back_after_its_connection_is_cut(make_backend, redis_client):
+    """The server drops the subscriber's connection (a restart, a failover, a proxy):
+    the process subscribes again by itself, and the next force release is still told
+    within a second."""
+    backend = make_backend()
+    told = threading.Event()
+    lock = Lock("cut", backend=backend, timeout=LEASE, on_lost=lambda lock: told.set())
+
+    delays: list[float] = []
+
+    def cut_then_force_release() -> None:
+        with lock:
+            assert listening(backend, 10.0)
+            assert subscriptions(backend) == 1
+            cut = sum(
+                primary.client_kill_filter(_type="pubsub", skipme=True)
+                for primary in primaries_of(redis_client)
+            )
+            assert cut >= 1
+            wait_until(lambda: subscriptions(backend) == 2 and listening(backend))
+            started = time.monotonic()
+            assert force_release(make_backend(), "cut", lock.token, by="user 'carol'")
+            assert told.wait(5.0)
+            delays.append(time.monotonic() - started)
+
+    with pytest.raises(LockLost, match="force-released by user 'carol'"):
+        cut_then_force_release()
+    assert delays[0] < 1.0
