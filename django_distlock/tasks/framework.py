@@ -1,5 +1,5 @@
 """Django's tasks framework, wherever it comes from: ``django.tasks`` (Django 6.0 and
-later), else the ``django-tasks`` backport (``pip install "django-distlock[tasks]"``).
+later), else the ``django-tasks`` backport (the ``tasks`` extra).
 
 Imported when a task is first locked, never when ``django_distlock.tasks`` is: a project
 without the framework can import the package, and meets a clear ``ImportError`` only when
@@ -17,7 +17,7 @@ __all__ = ["Framework", "framework"]
 
 MISSING = (
     "django_distlock.tasks needs Django's tasks framework: Django 6.0 or later "
-    '(django.tasks), or the django-tasks backport: pip install "django-distlock[tasks]"'
+    "(django.tasks), or the django-tasks backport: pip install django-tasks django-tasks-db"
 )
 
 

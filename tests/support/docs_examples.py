@@ -73,16 +73,10 @@ RUN_ELSEWHERE = {
     "tests/management/commands/test_distlock.py runs it with real programs, signals and "
     "exit codes",
     "echo $?": "the exit status of the command before it, shown in its output",
-    'pip install "django-distlock[celery]"': "the celery extra; tests/run.py installs it with"
-    " the test extra",
     "celery -A proj": "tests/celery/ runs real celery worker and beat processes",
-    'pip install "django-distlock[': "an install from PyPI with an extra; tests/run.py "
-    "installs the test extra, which has what every extra brings",
     "mkdir -p /run/myproject/prometheus": "a gunicorn deployment's set-up; "
     "tests/metrics/test_multiprocess.py runs worker processes in multiprocess mode",
     "PROMETHEUS_MULTIPROC_DIR=/run/myproject/prometheus gunicorn": "the same",
-    'pip install -e "./django-distlock[': "an install from a checkout with an extra; "
-    "tests/run.py installs the test extra, which has what every extra brings",
     "manage.py db_worker": "tests/tasks/test_workers.py runs db_worker processes "
     "(tests/support/task_workers.py)",
 }

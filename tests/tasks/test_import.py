@@ -39,4 +39,4 @@ def test_the_package_imports_without_the_framework():
     assert result.returncode == 0, result.stderr
     skipped, error = result.stdout.splitlines()
     assert skipped == "django_distlock.tasks.SKIPPED"
-    assert 'pip install "django-distlock[tasks]"' in error
+    assert "pip install django-tasks django-tasks-db" in error
