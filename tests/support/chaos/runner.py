@@ -4,16 +4,21 @@ nemesis (:mod:`.nemesis`) injecting faults from the seeded schedule; stop everyt
 merge the clients' histories.
 
     result = run(RunConfig(topology="single", kind="mutex", seed=7, seconds=10))
-    report = check(result.history, wait_bound=result.config.wait_bound)
+    report = result.check()  # check(result.history, faults=result.faults)
 
 Merging marks what only the runner knows: the records of a hold during which the
 nemesis SIGSTOPped its client get ``extra["paused"]``, those pauses as ``[start, end]``
 pairs; a client the nemesis
 SIGKILLed gets a ``lost`` record (detail ``"killed"``, ``extra["killed"] = True``) for the
-hold it had open; each register's value at the end is a ``read`` by client ``final``.
+hold it had open; each register's value at the end is a ``read`` by client ``final``
+(``extra["final"] = True``; on fenced runs ``extra["accepted"]``, the database's count of
+the writes it accepted). The faults (:class:`~.nemesis.Fault`) record what each reached
+and which node served each lock's key around it: the checker's only excuses.
 
 ``python -m tests.support.chaos.runner --topology T --kind K --seed S --seconds N
-[--unfenced]`` replays a run (:func:`replay_command` prints that line).
+[--unfenced] [--mutant NAME] [--hold-seconds LOW,HIGH]`` replays a run
+(:func:`replay_command` prints that line); ``mutant`` runs the clients with a deliberately
+broken lock (:mod:`.mutants`).
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ from pathlib import Path
 
 from tests.support import REPO_ROOT
 from tests.support.chaos.nemesis import Fault, Nemesis, fault_kinds, schedule
-from tests.support.chaos.registers import final_values
+from tests.support.chaos.registers import accepted_writes, final_values
 from tests.support.chaos.sites import SITES, ChaosSite
 from tests.support.chaos.workloads import client_spec, register_names
 from tests.support.checker import Report, check
@@ -61,12 +66,10 @@ class RunConfig:
     mean_gap: float = 1.0
     faults: tuple[str, ...] | None = None
     """Fault kinds to draw from (default: every kind the topology has)."""
-
-    @property
-    def wait_bound(self) -> float:
-        """How long past a holder's lease end a waiter may reasonably wait (for the
-        checker's liveness counters): a lease, plus the longest blocking timeout."""
-        return self.lease + 2.0
+    mutant: str | None = None
+    """A deliberately broken lock the clients run with (:data:`.mutants.MUTANTS`)."""
+    hold_seconds: tuple[float, float] | None = None
+    """How long a hold works before its write (default: :data:`.workloads.HOLD_SECONDS`)."""
 
 
 @dataclass
@@ -84,19 +87,9 @@ class RunResult:
         """The command that replays this run."""
         return replay_command(self.config)
 
-    def data_loss(self) -> list[tuple[float, float]]:
-        """When the servers may have lost what they granted: the ``(start, end)`` of each
-        failover, primary crash and restart without data (for the checker)."""
-        return [(f.start, f.end) for f in self.faults if f.kind in DATA_LOSS_FAULTS]
-
     def check(self) -> Report:
-        """The checker's report on this run's history."""
-        return check(self.history, wait_bound=self.config.wait_bound, data_loss=self.data_loss())
-
-
-DATA_LOSS_FAULTS = frozenset({"failover", "primary-crash", "server-restart"})
-"""Faults after which a server may no longer have a lock it granted: Redis replication
-is asynchronous, and a server restarted without persistence comes back empty."""
+        """The checker's report on this run's history, its faults the only excuses."""
+        return check(self.history, faults=self.faults)
 
 
 def replay_command(config: RunConfig) -> str:
@@ -120,6 +113,10 @@ def replay_command(config: RunConfig) -> str:
         command.append("--unfenced")
     if config.faults is not None:
         command += ["--faults", ",".join(config.faults)]
+    if config.mutant is not None:
+        command += ["--mutant", config.mutant]
+    if config.hold_seconds is not None:
+        command += ["--hold-seconds", ",".join(map(str, config.hold_seconds))]
     return shlex.join(command)
 
 
@@ -152,6 +149,8 @@ class _ClientPool:
             lease=self.config.lease,
             fenced=self.config.fenced,
             min_replicas=self.site.min_replicas,
+            mutant=self.config.mutant,
+            hold_seconds=self.config.hold_seconds,
         )
         with (self.directory / f"{name}.stderr").open("w") as stderr:
             process = subprocess.Popen(
@@ -182,6 +181,9 @@ class _ClientPool:
     def live(self) -> list[str]:
         with self._guard:
             return [name for name, process in self.processes.items() if process.poll() is None]
+
+    def pid(self, name: str) -> int:
+        return self.processes[name].pid
 
     def pause(self, name: str) -> None:
         self._stopped_at[name] = time.monotonic()
@@ -276,14 +278,17 @@ def run(config: RunConfig, directory: Path | None = None) -> RunResult:
         pool.close()
         site.stop()
     final = final_values(database)
-    history = _merge(read_history(sorted(directory.glob("*.jsonl"))), pool, final)
+    accepted = accepted_writes(database) if config.fenced else {}
+    history = _merge(read_history(sorted(directory.glob("*.jsonl"))), pool, final, accepted)
     write_history(directory / "merged.history", history)  # what the checker judged
     faults = nemesis.faults if nemesis is not None else []
     (directory / "faults.json").write_text(json.dumps([fault.to_dict() for fault in faults]))
     return RunResult(config, history, nemesis.faults, final, directory, errors)
 
 
-def _merge(history: list[Operation], pool: _ClientPool, final: dict[str, int]) -> list[Operation]:
+def _merge(
+    history: list[Operation], pool: _ClientPool, final: dict[str, int], accepted: dict[str, int]
+) -> list[Operation]:
     """``history`` with what the runner knows added (see the module docstring)."""
     done = {(op.client, op.hold, op.kind, op.value) for op in history if op.detail != PENDING}
     # A write recorded before its commit is superseded by its outcome; one left alone is
@@ -333,6 +338,7 @@ def _merge(history: list[Operation], pool: _ClientPool, final: dict[str, int]) -
                 outcome="ok",
                 value=value,
                 detail="the register after the run",
+                extra={"final": True, **({"accepted": accepted[name]} if name in accepted else {})},
             )
         )
     merged.sort(key=lambda operation: (operation.start, operation.end))
@@ -370,6 +376,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clients", type=int, default=4)
     parser.add_argument("--unfenced", action="store_true")
     parser.add_argument("--faults", help="comma-separated fault kinds (default: all)")
+    parser.add_argument("--mutant", help="a broken lock (tests/support/chaos/mutants.py)")
+    parser.add_argument("--hold-seconds", help="LOW,HIGH: how long a hold works")
     options = parser.parse_args(argv)
     config = RunConfig(
         topology=options.topology,
@@ -379,6 +387,12 @@ def main(argv: list[str] | None = None) -> None:
         clients=options.clients,
         fenced=not options.unfenced,
         faults=tuple(options.faults.split(",")) if options.faults else None,
+        mutant=options.mutant,
+        hold_seconds=(
+            tuple(float(part) for part in options.hold_seconds.split(","))  # type: ignore[arg-type]
+            if options.hold_seconds
+            else None
+        ),
     )
     result = run(config)
     for fault in result.faults:
