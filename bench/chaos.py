@@ -9,8 +9,8 @@ register); ``--topology`` and ``--kind`` (repeatable) narrow it, ``--unfenced`` 
 unfenced runs. Runs are ``tests/support/chaos/runner.py`` with the same seeds as
 ``python -m tests.support.chaos.runner`` (the replay command is printed with each
 table). Per run: operations by kind and outcome, faults injected by type, unexcused
-violations by type (``tests/support/checker.py``), overlaps excused by a recorded fault
-(by excuse and fault kind), double-holder windows as the clients saw them
+violations by type (``tests/support/checker.py``), what a recorded fault excused (by
+excuse and fault kind), double-holder windows as the clients saw them
 (count, longest: expected under faults that lose a lock, such as a pause past the lease
 or a server restarted empty), and the time to takeover after a holder's death (a client
 SIGKILLed while holding: until another client's acquire returned). See bench/README.md.
@@ -50,7 +50,7 @@ def report(result: RunResult) -> str:
     operations = Counter(f"{op.kind} {op.outcome}" for op in history if op.client != "final")
     faults = Counter(fault.kind for fault in result.faults)
     unexcused = Counter(str(violation.type) for violation in checked.unexcused)
-    # Each excused overlap names its fault: counted by excuse and fault kind.
+    # Each excuse names its fault: counted by excuse and fault kind.
     excused = Counter(
         f"{violation.type} by {violation.cause.kind}"
         for violation in checked.excused
@@ -63,7 +63,7 @@ def report(result: RunResult) -> str:
         ["operations", f"{sum(operations.values()):,}: {_counts(operations)}"],
         ["faults injected", f"{sum(faults.values())}: {_counts(faults)}"],
         ["violations (unexcused)", _counts(unexcused)],
-        ["overlaps excused by a recorded fault", _counts(excused)],
+        ["excused by a recorded fault", _counts(excused)],
         [
             "double-holder windows",
             f"{windows}, longest "

@@ -561,6 +561,24 @@ def test_a_wait_over_the_documented_second() -> None:
 
     assert types(report) == [ViolationType.LONG_WAIT]
     assert report.violations[0].operations == (history[0],)
+    assert report.unexcused == report.violations
+
+
+def test_a_long_wait_while_the_locks_slot_migrated() -> None:
+    # TRYAGAIN is retried for up to 3 s while a slot's keys are split (docs/architecture.md).
+    history = [
+        op("acquire", "a", 0.0, 4.5, "fail", blocking_timeout=0.5, detail="timeout"),
+        op("acquire", "b", 0.0, 5.0, "fail", blocking_timeout=0.5, detail="timeout"),
+    ]
+    here = fault("slot-migration", "slot 7", 0.5, 4.0, reaches=("port 1", "port 2"))
+    elsewhere = fault("slot-migration", "slot 8", 0.5, 4.0, reaches=("port 3", "port 2"))
+
+    report = check(history, faults=[here])
+
+    assert types(report) == [ViolationType.LONG_WAIT] * 2
+    assert [v.cause for v in report.violations] == [here, None]  # b: past 3 s more
+    assert "excused by slot-migration of slot 7" in report.violations[0].message
+    assert [v.cause for v in check(history, faults=[elsewhere]).violations] == [None, None]
 
 
 def test_a_hold_never_ended() -> None:

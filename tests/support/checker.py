@@ -70,7 +70,9 @@ the case for fencing.
 
 Waits and ends. ``long_wait``: an ``ok`` or ``fail`` acquire with a ``blocking_timeout`` that
 lasted longer than it plus ``wait_bound`` (:data:`WAIT_BOUND`, the 1 s docs/how-it-works.md
-promises) plus the time its client was paused meanwhile.
+promises) plus the time its client was paused meanwhile; excused, naming the fault, only
+when a slot migration reached its lock's node meanwhile and it lasted no more than
+:data:`MIGRATION_RIDE_OUT` longer (the budget docs/architecture.md gives ``TRYAGAIN``).
 ``never_ended``: an ``ok`` acquire whose hold was never released, lost nor killed.
 ``spent_lease``: an ``ok`` acquire whose ``extra["granted_until"]`` (the lease end its
 client was given with it) is not after the acquire returned: a hold that was never valid.
@@ -84,12 +86,14 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from django_distlock.engine.requests import TRYAGAIN_BUDGET
 from tests.support.chaos.nemesis import Fault
 from tests.support.history import Operation
 from tests.support.linearizability import Verdict, check_register
 
 __all__ = [
     "DATA_LOSS_FAULTS",
+    "MIGRATION_RIDE_OUT",
     "NOTICE_BOUND",
     "PAUSE_FAULTS",
     "WAIT_BOUND",
@@ -109,6 +113,11 @@ NOTICE_BOUND = 1.0
 """Seconds past its lease end by which a holder is told of a loss. The docs promise the
 lease end itself (``on_lost`` a few milliseconds later); the same 1 s as for waits covers
 a loaded machine."""
+
+MIGRATION_RIDE_OUT = TRYAGAIN_BUDGET
+"""Seconds a request refused with ``TRYAGAIN`` while its slot migrates is retried
+(docs/architecture.md): an acquire may run that much longer while a migration reaches
+its lock's node."""
 
 PAUSE_FAULTS = frozenset({"client-pause", "holder-pause"})
 """Faults that stop a client process (SIGSTOP), their ``target`` the client."""
@@ -134,19 +143,10 @@ class ViolationType(StrEnum):
     SPENT_LEASE = "spent_lease"
 
 
-EXCUSED = frozenset(
-    {
-        ViolationType.OVERLAP_AFTER_PAUSE,
-        ViolationType.OVERLAP_AFTER_EXPIRY,
-        ViolationType.OVERLAP_AFTER_FAILOVER,
-    }
-)
-
-
 @dataclass(frozen=True)
 class Violation:
-    """One finding: its type, a message naming the operations, those operations, and for
-    an excused overlap the fault that excuses it."""
+    """One finding: its type, a message naming the operations, those operations, and,
+    when a recorded fault excuses it (an overlap, a wait), that fault."""
 
     type: ViolationType
     message: str
@@ -155,7 +155,7 @@ class Violation:
 
     @property
     def excused(self) -> bool:
-        """An overlap a recorded fault covers (see the module docstring)."""
+        """A finding a recorded fault covers (see the module docstring)."""
         return self.cause is not None
 
 
@@ -182,7 +182,7 @@ class Report:
 
     @property
     def excused(self) -> list[Violation]:
-        """The overlaps a recorded fault excuses."""
+        """The findings a recorded fault excuses."""
         return [violation for violation in self.violations if violation.excused]
 
     @property
@@ -248,7 +248,7 @@ def check(
     acquires = [op for op in history if op.kind == "acquire" and op.outcome == "ok"]
     _check_acquire_fences(acquires, report)
     _check_registers(history, report)
-    _check_waits(history, wait_bound, pauses, report)
+    _check_waits(history, wait_bound, causes, report)
     for op in acquires:
         granted = op.extra.get("granted_until")
         if granted is not None and granted <= op.end:
@@ -395,6 +395,21 @@ class _Causes:
         reached = {"connections", hold.acquire.client, *self.serving(lock, lease_start, lease_end)}
         during = [f for f in self.faults if f.start <= lease_end and f.end >= lease_start]
         return next((fault for fault in during if reached & set(fault.reaches)), None)
+
+    def migration(self, op: Operation) -> Fault | None:
+        """A slot migration that reached the node serving ``op``'s lock during ``op``."""
+        nodes = self.serving(op.lock, op.start, op.end)
+        return next(
+            (
+                fault
+                for fault in self.faults
+                if fault.kind == "slot-migration"
+                and fault.start < op.end
+                and fault.end > op.start
+                and nodes & set(fault.reaches)
+            ),
+            None,
+        )
 
     def _failover(self, hold: _Hold, start: float) -> Fault | None:
         acquire = hold.acquire
@@ -642,17 +657,20 @@ def _report_lost(
 
 
 def _check_waits(
-    history: list[Operation], wait_bound: float, pauses: dict[str, list[Pause]], report: Report
+    history: list[Operation], wait_bound: float, causes: _Causes, report: Report
 ) -> None:
     for op in history:
         if op.kind != "acquire" or op.outcome == "info" or op.blocking_timeout is None:
             continue
-        paused = _paused_for(pauses[op.client], op.start, op.end)
+        paused = _paused_for(causes.pauses[op.client], op.start, op.end)
         allowed = op.blocking_timeout + wait_bound + paused
-        if op.end - op.start > allowed:
+        took = op.end - op.start
+        if took > allowed:
+            migration = causes.migration(op) if took <= allowed + MIGRATION_RIDE_OUT else None
             report.add(
                 ViolationType.LONG_WAIT,
-                f"an acquire took {op.end - op.start:.3f} s, over {allowed:.3f} s "
+                f"an acquire took {took:.3f} s, over {allowed:.3f} s "
                 f"(blocking_timeout {op.blocking_timeout} + {wait_bound} s)",
                 [op],
+                migration,
             )

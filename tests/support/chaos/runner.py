@@ -366,6 +366,11 @@ def _killed(operations: list[Operation], killed_at: float) -> list[Operation]:
     ]
 
 
+def _seconds_range(text: str) -> tuple[float, float]:
+    low, high = text.split(",")
+    return float(low), float(high)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Replay one run and print its faults and a summary of its history."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -388,11 +393,7 @@ def main(argv: list[str] | None = None) -> None:
         fenced=not options.unfenced,
         faults=tuple(options.faults.split(",")) if options.faults else None,
         mutant=options.mutant,
-        hold_seconds=(
-            tuple(float(part) for part in options.hold_seconds.split(","))  # type: ignore[arg-type]
-            if options.hold_seconds
-            else None
-        ),
+        hold_seconds=_seconds_range(options.hold_seconds) if options.hold_seconds else None,
     )
     result = run(config)
     for fault in result.faults:
