@@ -71,8 +71,11 @@ the case for fencing.
 Waits and ends. ``long_wait``: an ``ok`` or ``fail`` acquire with a ``blocking_timeout`` that
 lasted longer than it plus ``wait_bound`` (:data:`WAIT_BOUND`, the 1 s docs/how-it-works.md
 promises) plus the time its client was paused meanwhile; excused, naming the fault, only
-when a slot migration reached its lock's node meanwhile and it lasted no more than
-:data:`MIGRATION_RIDE_OUT` longer (the budget docs/architecture.md gives ``TRYAGAIN``).
+when a fault reached its client's connections or its lock's node while it ran, and it
+ran over by no more than that fault lasted during it (a server or network that does not
+answer holds every request; nothing bounds a request but the client's socket timeout) or,
+for a slot migration, than :data:`MIGRATION_RIDE_OUT` (the budget docs/architecture.md
+gives ``TRYAGAIN``).
 ``never_ended``: an ``ok`` acquire whose hold was never released, lost nor killed.
 ``spent_lease``: an ``ok`` acquire whose ``extra["granted_until"]`` (the lease end its
 client was given with it) is not after the acquire returned: a hold that was never valid.
@@ -396,20 +399,19 @@ class _Causes:
         during = [f for f in self.faults if f.start <= lease_end and f.end >= lease_start]
         return next((fault for fault in during if reached & set(fault.reaches)), None)
 
-    def migration(self, op: Operation) -> Fault | None:
-        """A slot migration that reached the node serving ``op``'s lock during ``op``."""
-        nodes = self.serving(op.lock, op.start, op.end)
-        return next(
-            (
-                fault
-                for fault in self.faults
-                if fault.kind == "slot-migration"
-                and fault.start < op.end
-                and fault.end > op.start
-                and nodes & set(fault.reaches)
-            ),
-            None,
-        )
+    def delay(self, op: Operation, excess: float) -> Fault | None:
+        """A fault that kept ``op``'s requests unanswered for ``excess`` seconds: one that
+        reached its client's connections or its lock's node while it ran, for as long
+        (a slot migration: for its ``TRYAGAIN`` budget)."""
+        reached = {"connections", op.client, *self.serving(op.lock, op.start, op.end)}
+        for fault in self.faults:
+            during = min(fault.end, op.end) - max(fault.start, op.start)
+            if during <= 0 or not reached & set(fault.reaches):
+                continue
+            budget = MIGRATION_RIDE_OUT if fault.kind == "slot-migration" else during
+            if excess <= budget:
+                return fault
+        return None
 
     def _failover(self, hold: _Hold, start: float) -> Fault | None:
         acquire = hold.acquire
@@ -666,11 +668,10 @@ def _check_waits(
         allowed = op.blocking_timeout + wait_bound + paused
         took = op.end - op.start
         if took > allowed:
-            migration = causes.migration(op) if took <= allowed + MIGRATION_RIDE_OUT else None
             report.add(
                 ViolationType.LONG_WAIT,
                 f"an acquire took {took:.3f} s, over {allowed:.3f} s "
                 f"(blocking_timeout {op.blocking_timeout} + {wait_bound} s)",
                 [op],
-                migration,
+                causes.delay(op, took - allowed),
             )
