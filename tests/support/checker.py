@@ -1,4 +1,4 @@
-"""The checker of the randomized fault runs (issue 20): :func:`check` reads a history
+"""The checker of the randomized fault runs (issues 20, 27): :func:`check` reads a history
 (:mod:`tests.support.history`) and returns a :class:`Report` of its violations, each with
 the operations involved, and a few counters.
 
