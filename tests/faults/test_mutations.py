@@ -13,6 +13,7 @@ import pytest
 
 from tests.support.chaos.mutants import MUTANTS
 from tests.support.chaos.runner import RunConfig, run
+from tests.support.checker import ViolationType
 
 SECONDS = 8.0
 CLIENTS = 2
@@ -21,6 +22,14 @@ MEAN_GAP = 0.3
 # past the next holder's work, whatever the interleaving.
 SEED = 2938
 
+
+# What each mutant's bug shows as, unexcused.
+SHOWS = {
+    "half-lease": ViolationType.OVERLAP,
+    "release-any-token": ViolationType.OVERLAP,
+    "skipped-renewals": ViolationType.OVERLAP,
+    "fence-not-stored": ViolationType.STALE_FENCE_ACCEPTED,
+}
 
 # The control run: every mutant's faults, holds as long as any of theirs.
 CONTROL_FAULTS = ("holder-pause",)
@@ -43,6 +52,10 @@ def _config(
     )
 
 
+def test_every_mutant_says_what_it_shows() -> None:
+    assert set(SHOWS) == set(MUTANTS)
+
+
 @pytest.mark.parametrize(("mutant", "seed"), [(name, SEED) for name in MUTANTS])
 def test_a_broken_lock_is_caught(mutant: str, seed: int, tmp_path: Path) -> None:
     broken = MUTANTS[mutant]
@@ -51,8 +64,10 @@ def test_a_broken_lock_is_caught(mutant: str, seed: int, tmp_path: Path) -> None
     where = f"{MUTANTS[mutant].broken}; replay: {result.replay()}; history in {tmp_path}"
 
     assert not result.errors, f"{result.errors}\n{where}"
-    assert report.unexcused, (
-        f"the checker let a broken lock pass ({len(report.excused)} excused overlaps)\n{where}"
+    found = {violation.type for violation in report.unexcused}
+    assert SHOWS[mutant] in found, (
+        f"the checker let a broken lock pass ({len(report.excused)} excused, "
+        f"unexcused: {sorted(found)})\n{where}"
     )
 
 
@@ -64,3 +79,5 @@ def test_the_same_run_with_the_real_lock_passes(tmp_path: Path) -> None:
     assert not result.errors, result.errors
     assert report.holds >= 5, report.holds
     assert not report.unexcused, "\n".join(v.message for v in report.unexcused[:5])
+    # The pauses did take locks from their holders: the excuses were put to work.
+    assert report.excused, "no overlap to excuse: the control run tested nothing"
