@@ -8,8 +8,9 @@ nemesis injects faults, judged by the checker, one table per topology and kind.
 register); ``--topology`` and ``--kind`` (repeatable) narrow it, ``--unfenced`` adds the
 unfenced runs. Runs are ``tests/support/chaos/runner.py`` with the same seeds as
 ``python -m tests.support.chaos.runner`` (the replay command is printed with each
-table). Per run: operations by kind and outcome, faults injected by type, violations by
-type (``tests/support/checker.py``), double-holder windows as the clients saw them
+table). Per run: operations by kind and outcome, faults injected by type, unexcused
+violations by type (``tests/support/checker.py``), what a recorded fault excused (by
+excuse and fault kind), double-holder windows as the clients saw them
 (count, longest: expected under faults that lose a lock, such as a pause past the lease
 or a server restarted empty), and the time to takeover after a holder's death (a client
 SIGKILLed while holding: until another client's acquire returned). See bench/README.md.
@@ -48,14 +49,21 @@ def report(result: RunResult) -> str:
     checked: Report = result.check()
     operations = Counter(f"{op.kind} {op.outcome}" for op in history if op.client != "final")
     faults = Counter(fault.kind for fault in result.faults)
-    violations = Counter(str(violation.type) for violation in checked.violations)
+    unexcused = Counter(str(violation.type) for violation in checked.unexcused)
+    # Each excuse names its fault: counted by excuse and fault kind.
+    excused = Counter(
+        f"{violation.type} by {violation.cause.kind}"
+        for violation in checked.excused
+        if violation.cause is not None
+    )
     takeovers = takeover_times(history)
     config = result.config
     windows = checked.double_holder_windows
     rows = [
         ["operations", f"{sum(operations.values()):,}: {_counts(operations)}"],
         ["faults injected", f"{sum(faults.values())}: {_counts(faults)}"],
-        ["violations", _counts(violations)],
+        ["violations (unexcused)", _counts(unexcused)],
+        ["excused by a recorded fault", _counts(excused)],
         [
             "double-holder windows",
             f"{windows}, longest "
@@ -80,7 +88,7 @@ def report(result: RunResult) -> str:
     ]
     fenced = "fenced" if config.fenced else "unfenced"
     title = f"### {config.topology} / {config.kind} / {fenced} (seed {config.seed})"
-    shown = [f"- {violation.message}" for violation in checked.violations[:3]]
+    shown = [f"- {violation.message}" for violation in [*checked.unexcused, *checked.excused][:3]]
     return "\n".join(
         [title, "", table(["", ""], rows), "", *shown, f"replay: `{result.replay()}`", ""]
     )

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.chaos.nemesis import Fault
 from tests.support.checker import Report, ViolationType, check
 from tests.support.history import Kind, Operation, Outcome
 from tests.support.linearizability import Verdict, check_register
@@ -77,6 +78,29 @@ def increment(
 
 def final_read(at: float, value: int) -> Operation:
     return op("read", "checker", at, value=value, hold=0, extra={"final": True})
+
+
+def fault(
+    kind: str,
+    target: str,
+    start: float,
+    end: float,
+    *,
+    reaches: tuple[str, ...] | None = None,
+    serving: str = "port 1",
+    serving_after: str | None = None,
+) -> Fault:
+    """A fault of the nemesis' log; ``serving`` (``serving_after``) is the node serving
+    lock ``lock`` when it began (ended)."""
+    return Fault(
+        kind,
+        target,
+        start,
+        end,
+        reaches=(target,) if reaches is None else reaches,
+        serving={"lock": serving},
+        serving_after={"lock": serving if serving_after is None else serving_after},
+    )
 
 
 def types(report: Report) -> list[ViolationType]:
@@ -214,17 +238,52 @@ def test_a_renewed_hold_is_valid_until_it_ends() -> None:
 
 
 def test_an_overlap_after_a_pause_of_the_earlier_holder() -> None:
+    # a's lease ended at 3.0 (its own record says so); b took the lock at 4.0 while a was
+    # stopped, and a learned it at 6.0 when it ran again.
     history = [
         *held("a", 1.0, None, fence=1, lease=1.0),
         *held("b", 4.0, 5.0, fence=2),
-        op("release", "a", 6.0, outcome="fail", extra={"paused": [[2.0, 5.5]]}),
+        op("lost", "a", 5.9, 6.0, extra={"lease_until": 3.0}),
     ]
+    pause = fault("client-pause", "a", 2.0, 5.5)
 
-    report = check(history)
+    report = check(history, faults=[pause])
 
     assert types(report) == [ViolationType.OVERLAP_AFTER_PAUSE]
     assert report.violations[0].operations == (history[0], history[1])
+    assert report.violations[0].cause == pause
+    assert report.violations[0].message.endswith("excused by client-pause of a [2.000, 5.500]")
+    assert report.unexcused == []
     assert report.longest_double_holder_window == pytest.approx(1.0)
+
+
+def test_a_short_pause_while_the_lease_still_ran_excuses_nothing() -> None:
+    # The lock was taken from a stopped holder whose lease ran until 4.5: a lock that
+    # treats a lock with half its lease left as free.
+    history = [
+        *held("a", 1.0, None, fence=1, lease=1.0),
+        *held("b", 4.0, 5.0, fence=2),
+        op("lost", "a", 4.7, 4.8, extra={"lease_until": 4.5}),
+    ]
+
+    report = check(history, faults=[fault("client-pause", "a", 3.8, 4.2)])
+
+    assert types(report) == [ViolationType.OVERLAP]
+    assert report.unexcused == report.violations
+
+
+def test_a_pause_over_before_the_overlap_is_no_pause_excuse() -> None:
+    # a was stopped from 2.0 to 3.5, its lease over at 3.0; b took the lock at 4.0, and a
+    # was told only at 6.0: late, with no fault on its connections or server.
+    history = [
+        *held("a", 1.0, None, fence=1, lease=1.0),
+        *held("b", 4.0, 5.0, fence=2),
+        op("lost", "a", 5.9, 6.0, extra={"lease_until": 3.0}),
+    ]
+
+    assert types(check(history, faults=[fault("client-pause", "a", 2.0, 3.5)])) == [
+        ViolationType.OVERLAP
+    ]
 
 
 def test_a_pause_of_the_later_holder_or_before_the_hold_excuses_nothing() -> None:
@@ -238,36 +297,68 @@ def test_a_pause_of_the_later_holder_or_before_the_hold_excuses_nothing() -> Non
 
 
 def test_an_overlap_after_an_unrenewed_lease_ran_out() -> None:
-    # The lease counts from the acquire's start (0.99 s): it ran out at 2.99 s.
+    # The lease counts from the acquire's start (0.99 s): it ran out at 2.99 s, while the
+    # proxy stalled every connection; a's release at 3.5 found it lost.
     unrenewed = {"lease": 2.0, "extra": {"renewed": False}}
-    expired = [*held("a", 1.0, 4.0, fence=1, **unrenewed), *held("b", 3.0, 5.0, fence=2)]
-    valid = [*held("a", 1.0, 4.0, fence=1, **unrenewed), *held("b", 2.98, 5.0, fence=2)]
+    stall = fault("proxy-stall", "proxy", 2.5, 3.2, reaches=("connections",))
 
-    assert types(check(expired)) == [ViolationType.OVERLAP_AFTER_EXPIRY]
-    assert types(check(valid)) == [ViolationType.OVERLAP]
+    def history(taken: float) -> list[Operation]:
+        return [
+            *held("a", 1.0, None, fence=1, **unrenewed),
+            op("release", "a", 3.5, outcome="fail"),
+            *held("b", taken, 5.0, fence=2),
+        ]
+
+    expired = check(history(3.0), faults=[stall])
+    assert types(expired) == [ViolationType.OVERLAP_AFTER_EXPIRY]
+    assert expired.violations[0].cause == stall
+    assert "excused by proxy-stall of proxy [2.500, 3.200]" in expired.violations[0].message
+    assert types(check(history(2.98), faults=[stall])) == [ViolationType.OVERLAP]
 
 
-def test_lease_until_recorded_by_the_workload() -> None:
+def test_an_expiry_with_no_fault_near_it_excuses_nothing() -> None:
     history = [
-        *held("a", 1.0, None, fence=1),
+        *held("a", 1.0, None, fence=1, lease=1.0),
         *held("b", 3.0, 5.0, fence=2),
-        op("lost", "a", 3.5, 4.0, extra={"lease_until": 2.5}),
+        op("lost", "a", 3.3, 3.4, extra={"lease_until": 2.5}),
     ]
+    before = fault("proxy-stall", "proxy", 0.2, 1.4, reaches=("connections",))
+    elsewhere = fault("server-pause", "port 2", 1.6, 2.4)
 
-    assert types(check(history)) == [ViolationType.OVERLAP_AFTER_EXPIRY]
+    assert types(check(history)) == [ViolationType.OVERLAP]
+    # A fault that ended before the last lease began, or on a node not serving the lock.
+    assert types(check(history, faults=[before, elsewhere])) == [ViolationType.OVERLAP]
+    reached = check(history, faults=[fault("server-pause", "port 1", 1.6, 2.4)])
+    assert types(reached) == [ViolationType.OVERLAP_AFTER_EXPIRY]
+
+
+def test_an_expiry_told_late_excuses_nothing() -> None:
+    # The lease ended at 2.5 under a stall; the holder was told at 4.0, more than 1 s
+    # later, and had not been paused meanwhile.
+    stall = fault("proxy-stall", "proxy", 2.0, 2.6, reaches=("connections",))
+
+    def history(told: float) -> list[Operation]:
+        return [
+            *held("a", 1.0, None, fence=1, lease=1.0),
+            *held("b", 3.0, 5.0, fence=2),
+            op("lost", "a", told - 0.1, told, extra={"lease_until": 2.5}),
+        ]
+
+    assert types(check(history(3.4), faults=[stall])) == [ViolationType.OVERLAP_AFTER_EXPIRY]
+    assert types(check(history(4.0), faults=[stall])) == [ViolationType.OVERLAP]
 
 
 def test_stale_fence_accepted_in_real_time_order() -> None:
     history = [
-        *held("a", 1.0, None, fence=1, extra={"paused": [[1.5, 4.0]]}),
+        *held("a", 1.0, None, fence=1),
         *held("b", 2.0, 3.0, fence=2),
         *increment("b", 2.1, 0, fence=2),
         *increment("a", 4.0, 1, fence=1),
-        op("lost", "a", 4.1, 4.2),
+        op("lost", "a", 4.1, 4.2, extra={"lease_until": 1.9}),
         final_read(5.0, 2),
     ]
 
-    report = check(history)
+    report = check(history, faults=[fault("client-pause", "a", 1.5, 4.0)])
 
     assert types(report) == [ViolationType.OVERLAP_AFTER_PAUSE, ViolationType.STALE_FENCE_ACCEPTED]
     stale = report.of_type(ViolationType.STALE_FENCE_ACCEPTED)[0]
@@ -280,16 +371,19 @@ def test_stale_fence_accepted_in_real_time_order() -> None:
 
 def test_a_refused_stale_write_is_fine() -> None:
     history = [
-        *held("a", 1.0, None, fence=1, extra={"paused": [[1.5, 4.0]]}),
+        *held("a", 1.0, None, fence=1),
         *held("b", 2.0, 3.0, fence=2),
         *increment("b", 2.1, 0, fence=2),
         op("read", "a", 4.0, value=1),
         op("write", "a", 4.1, outcome="fail", value=2, fence=1, fenced=True, detail="StaleFence"),
-        op("lost", "a", 4.2),
+        op("lost", "a", 4.2, extra={"lease_until": 1.9}),
         final_read(5.0, 1),
     ]
 
-    assert types(check(history)) == [ViolationType.OVERLAP_AFTER_PAUSE]
+    report = check(history, faults=[fault("client-pause", "a", 1.5, 4.0)])
+
+    assert types(report) == [ViolationType.OVERLAP_AFTER_PAUSE]
+    assert report.unexcused == []
 
 
 def test_stale_fence_accepted_in_the_databases_order() -> None:
@@ -390,6 +484,43 @@ def test_a_lost_update_in_a_fenced_run() -> None:
     assert report.lost_updates == 0
 
 
+def test_a_lost_increment_behind_a_write_of_unknown_outcome() -> None:
+    # Three writes took effect (the database counted them), one of them reported as
+    # unknown (info); the register holds 2: one increment was lost, which the two ok
+    # writes alone would hide.
+    def history(accepted: int) -> list[Operation]:
+        return [
+            *held("a", 1.0, 2.0, fence=1),
+            *increment("a", 1.1, 0, fence=1),
+            *held("b", 3.0, 4.0, fence=2),
+            op("read", "b", 3.1, value=1),
+            op("write", "b", 3.2, outcome="info", value=2, fence=2, fenced=True),
+            *held("c", 5.0, 6.0, fence=3, hold=2),
+            *increment("c", 5.1, 1, fence=3, hold=2),
+            op("read", "final", 7.0, value=2, hold=0, extra={"final": True, "accepted": accepted}),
+        ]
+
+    lost = check(history(3)).of_type(ViolationType.LOST_UPDATE)
+    assert len(lost) == 1
+    assert lost[0].message.startswith("register 'lock' lost 1 of 3 accepted increments")
+    assert "b#1 write info" in lost[0].message
+    # The info write did not take effect: nothing lost.
+    assert check(history(2)).of_type(ViolationType.LOST_UPDATE) == []
+
+
+def test_the_final_read_is_the_final_value() -> None:
+    history = [
+        *held("a", 1.0, 2.0),
+        *increment("a", 1.1, 0, fence=None),
+        *held("b", 3.0, 4.0),
+        *increment("b", 3.1, 1, fence=None),
+    ]
+
+    assert check([*history, final_read(5.0, 2)]).lost_updates == 0
+    # Someone wrote the register back after the last recorded write: the read says so.
+    assert check([*history, final_read(5.0, 1)]).lost_updates == 1
+
+
 def test_the_max_written_value_stands_in_for_a_final_read() -> None:
     history = [
         *held("a", 1.0, 2.0),
@@ -417,6 +548,52 @@ def test_a_long_wait() -> None:
     assert report.violations[0].operations == (history[0],)
     assert "took 2.500 s, over 2.000 s" in report.violations[0].message
     assert types(check(history, wait_bound=2.0)) == []
+
+
+def test_a_wait_over_the_documented_second() -> None:
+    # docs/how-it-works.md: no acquire waits past its blocking_timeout plus 1 s.
+    history = [
+        op("acquire", "a", 0.0, 3.1, "fail", blocking_timeout=2.0, detail="timeout"),
+        op("acquire", "b", 0.0, 2.9, "fail", blocking_timeout=2.0, detail="timeout"),
+    ]
+
+    report = check(history)
+
+    assert types(report) == [ViolationType.LONG_WAIT]
+    assert report.violations[0].operations == (history[0],)
+    assert report.unexcused == report.violations
+
+
+def test_a_long_wait_while_the_locks_slot_migrated() -> None:
+    # TRYAGAIN is retried for up to 3 s while a slot's keys are split (docs/architecture.md).
+    history = [
+        op("acquire", "a", 0.0, 4.5, "fail", blocking_timeout=0.5, detail="timeout"),
+        op("acquire", "b", 0.0, 5.0, "fail", blocking_timeout=0.5, detail="timeout"),
+    ]
+    here = fault("slot-migration", "slot 7", 0.5, 4.0, reaches=("port 1", "port 2"))
+    elsewhere = fault("slot-migration", "slot 8", 0.5, 4.0, reaches=("port 3", "port 2"))
+
+    report = check(history, faults=[here])
+
+    assert types(report) == [ViolationType.LONG_WAIT] * 2
+    assert [v.cause for v in report.violations] == [here, None]  # b: 3.5 s over
+    assert "excused by slot-migration of slot 7" in report.violations[0].message
+    assert [v.cause for v in check(history, faults=[elsewhere]).violations] == [None, None]
+
+
+def test_a_long_wait_no_longer_than_a_stall_it_met() -> None:
+    # A non-blocking acquire sent into a stalled proxy gets its answer when the stall ends.
+    history = [
+        op("acquire", "a", 1.0, 2.4, "fail", blocking_timeout=0.0, detail="busy"),
+        op("acquire", "b", 1.0, 3.5, "fail", blocking_timeout=0.0, detail="busy"),
+    ]
+    stall = fault("proxy-stall", "proxy", 0.9, 2.3, reaches=("connections",))
+
+    report = check(history, faults=[stall])
+
+    # a ran 0.4 s over, within the 1.3 s of stall it met; b ran 1.5 s over.
+    assert [v.cause for v in report.violations] == [stall, None]
+    assert [v.cause for v in check(history).violations] == [None, None]
 
 
 def test_a_hold_never_ended() -> None:
@@ -633,40 +810,51 @@ def test_an_acquire_returning_a_spent_lease_is_reported():
     ]
 
 
-def test_an_overlap_after_a_data_loss_is_told_apart():
-    # A holder granted before a failover; another takes the lock on the new primary, before
-    # the first learns it (its next renewal, by its lease end).
-    first = Operation(
-        client="c1",
-        hold=1,
-        kind="acquire",
-        lock="l",
-        start=0.0,
-        end=0.1,
-        outcome="ok",
-        fence=1,
-        lease=1.0,
-    )
-    second = Operation(
-        client="c2",
-        hold=1,
-        kind="acquire",
-        lock="l",
-        start=0.5,
-        end=0.6,
-        outcome="ok",
-        fence=2,
-        lease=1.0,
-    )
-    releases = [
-        Operation(client=c, hold=1, kind="release", lock="l", start=s, end=s + 0.01, outcome="ok")
-        for c, s in (("c1", 0.9), ("c2", 1.2))
+def failover_history(*, released_ok: bool = False) -> list[Operation]:
+    """c1 granted at 0.1 by port 1; c2 takes the lock at 0.6, after a failover at 0.4."""
+    return [
+        op("acquire", "c1", 0.0, 0.1, fence=1, lease=1.0),
+        op("acquire", "c2", 0.5, 0.6, fence=2, lease=1.0),
+        op("release", "c1", 0.9, outcome="ok" if released_ok else "fail"),
+        op("release", "c2", 1.2),
     ]
-    history = [first, second, *releases]
-    assert [v.type for v in check(history).violations] == [ViolationType.OVERLAP]
-    failed_over = check(history, data_loss=[(0.4, 0.45)])
-    assert [v.type for v in failed_over.violations] == [ViolationType.OVERLAP_AFTER_FAILOVER]
-    # A data loss before the first hold was granted excuses nothing.
-    assert [v.type for v in check(history, data_loss=[(-1.0, -0.5)]).violations] == [
+
+
+@pytest.mark.parametrize("kind", ["failover", "primary-crash", "server-restart"])
+def test_an_overlap_after_a_data_loss_names_its_fault(kind: str) -> None:
+    # A holder granted before the node serving its key failed over (or restarted empty);
+    # another takes the lock on the new primary before the first learns it.
+    loss = fault(kind, "port 1", 0.4, 0.45, serving_after="port 2")
+
+    report = check(failover_history(), faults=[loss])
+
+    assert types(report) == [ViolationType.OVERLAP_AFTER_FAILOVER]
+    assert report.violations[0].cause == loss
+    assert report.violations[0].message.endswith(f"excused by {kind} of port 1 [0.400, 0.450]")
+
+
+def test_a_failover_does_not_excuse_what_it_cannot_explain() -> None:
+    history = failover_history()
+    # No fault; a failover on another shard; one before the hold was granted; one of a
+    # node that did not grant the hold (the key had moved to port 3 before it).
+    assert types(check(history)) == [ViolationType.OVERLAP]
+    other_shard = fault("failover", "port 2", 0.4, 0.45, serving="port 1")
+    assert types(check(history, faults=[other_shard])) == [ViolationType.OVERLAP]
+    before = fault("failover", "port 1", -1.0, -0.5, serving_after="port 2")
+    assert types(check(history, faults=[before])) == [ViolationType.OVERLAP]
+    moved = fault("slot-migration", "slot 7", -1.0, -0.5, serving_after="port 3")
+    later = fault("failover", "port 1", 0.4, 0.45, serving="port 3")
+    assert types(check(history, faults=[moved, later])) == [ViolationType.OVERLAP]
+    # A fault that loses nothing a node granted.
+    pause = fault("server-pause", "port 1", 0.4, 0.45)
+    assert types(check(history, faults=[pause])) == [ViolationType.OVERLAP]
+
+
+def test_a_failover_after_which_the_earlier_release_succeeded_excuses_nothing() -> None:
+    # c1's release found its token at 0.9: the failover lost nothing, so c2's hold beside
+    # it is a double holder.
+    loss = fault("failover", "port 1", 0.4, 0.45, serving_after="port 2")
+
+    assert types(check(failover_history(released_ok=True), faults=[loss])) == [
         ViolationType.OVERLAP
     ]

@@ -20,7 +20,9 @@ Kinds and what their fields mean:
 - ``release``: ``ok`` released; ``fail`` the lock was found lost (``LockLost``/
   ``LockNotOwned``); ``info`` unknown (Redis unreachable).
 - ``lost``: the client was told its hold ended without a release (``on_lost``, a
-  ``LockLost`` at release, ``lock.lost`` seen true); ``end`` is when it learned it.
+  ``LockLost`` at release, ``lock.lost`` seen true); ``end`` is when it learned it,
+  ``extra["lease_until"]`` the lease end it believed in then (the holder's own record of
+  its lease, renewals included).
 - ``read``: a read of the shared register guarded by the lock; ``value`` what it read.
 - ``write``: a write of the register; ``value`` what it wrote (``read + 1``), ``fence``
   the fence it wrote with (fenced runs); ``ok`` accepted, ``fail`` refused as stale
@@ -34,6 +36,10 @@ have taken effect) when the client was killed in between.
 ``client`` names the process (and task) that ran the operation; ``hold`` numbers the
 client's holds, so that an acquire, its register operations, its release or loss share
 one ``(client, hold)``.
+
+The faults of a run are not operations: the nemesis logs them
+(:class:`tests.support.chaos.nemesis.Fault`, with what each reached and which node served
+each lock's key around it), and the checker takes them beside the history.
 """
 
 from __future__ import annotations

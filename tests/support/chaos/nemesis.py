@@ -9,6 +9,9 @@ each kind does to a topology is in :mod:`.sites`; the client faults are here:
 - ``client-pause``: SIGSTOP a client process, SIGCONT it after the duration (a GC pause;
   durations go past the lease, so its lock may be taken meanwhile);
 - ``client-kill``: SIGKILL a client process (the runner starts a new one in its place);
+- ``holder-pause``: a ``client-pause`` of the client holding a lock now (any client if
+  none does): not among the default kinds, for runs that must pause holders
+  (``tests/faults/test_mutations.py``);
 - ``client-interrupt`` (the caller's own fault, :data:`CALLER_FAULTS`): SIGUSR1 to a
   client process, whose next lock call is interrupted at a random point of its own
   choosing (``tests/support/chaos/workloads.py``): a sync client gets a
@@ -53,6 +56,7 @@ __all__ = [
 # Seconds each fault kind lasts, as (low, high); (0, 0) for an instant fault.
 DURATIONS: dict[str, tuple[float, float]] = {
     "client-pause": (0.3, 2.5),
+    "holder-pause": (0.3, 2.5),
     "client-kill": (0.0, 0.0),
     "server-pause": (0.1, 0.6),
     "server-restart": (0.2, 1.0),
@@ -74,7 +78,7 @@ DURATIONS: dict[str, tuple[float, float]] = {
 }
 CLIENT_FAULTS = ("client-pause", "client-kill")
 CALLER_FAULTS = ("client-interrupt",)
-_PROCESS_FAULTS = (*CLIENT_FAULTS, *CALLER_FAULTS)
+_PROCESS_FAULTS = (*CLIENT_FAULTS, *CALLER_FAULTS, "holder-pause")
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,13 @@ class Fault:
     start: float
     end: float
     detail: str = ""
+    reaches: tuple[str, ...] = ()
+    """What the fault reached: nodes (``port N``), client names, or ``connections``
+    (every client's connections to the servers)."""
+    serving: dict[str, str] = dataclasses.field(default_factory=dict)
+    """The node serving each lock name's key when the fault began."""
+    serving_after: dict[str, str] = dataclasses.field(default_factory=dict)
+    """The same when it ended."""
 
     def to_dict(self) -> dict[str, Any]:
         """For JSON."""
@@ -126,6 +137,10 @@ class Clients(Protocol):
         """Signal client ``name`` to interrupt its next lock call (SIGUSR1)."""
         ...
 
+    def pid(self, name: str) -> int:
+        """The process id of client ``name``."""
+        ...
+
 
 class Site(Protocol):
     """A running topology, as the nemesis acts on it (see :mod:`.sites`)."""
@@ -140,6 +155,18 @@ class Site(Protocol):
 
     def heal(self) -> None:
         """Undo whatever fault is still injected."""
+        ...
+
+    def serving(self) -> dict[str, str]:
+        """The node (``port N``) serving each lock name's key now."""
+        ...
+
+    def reaches(self, kind: str, target: str, detail: str) -> tuple[str, ...]:
+        """What a fault of ``kind`` on ``target`` reached (see :attr:`Fault.reaches`)."""
+        ...
+
+    def holder_pids(self) -> set[int]:
+        """The process ids holding a lock now."""
         ...
 
 
@@ -192,6 +219,7 @@ class Nemesis:
         for planned in self.plan:
             if self._stop.wait(max(0.0, self._began + planned.at - time.monotonic())):
                 return
+            serving = self.site.serving()
             start = time.monotonic()
             try:
                 target, detail = self._inject(planned)
@@ -199,7 +227,15 @@ class Nemesis:
                 target, detail = "?", f"error: {error!r}"
                 self.errors.append(f"{planned}: {traceback.format_exc()}")
                 self._heal()
-            self.faults.append(Fault(planned.kind, target, start, time.monotonic(), detail))
+            end = time.monotonic()
+            reaches = (
+                (target,)
+                if planned.kind in (*CLIENT_FAULTS, "holder-pause")
+                else self.site.reaches(planned.kind, target, detail)
+            )
+            fault = Fault(planned.kind, target, start, end, detail, reaches, serving)
+            fault.serving_after = self.site.serving()
+            self.faults.append(fault)
 
     def _inject(self, planned: Planned) -> tuple[str, str]:
         rng = random.Random(planned.seed)
@@ -208,6 +244,9 @@ class Nemesis:
         live = sorted(self.clients.live())
         if not live:
             return "none", "no client running"
+        if planned.kind == "holder-pause":
+            holders = self.site.holder_pids()
+            live = [name for name in live if self.clients.pid(name) in holders] or live
         name = rng.choice(live)
         if planned.kind == "client-kill":
             self.clients.kill(name)

@@ -10,7 +10,8 @@ in the same transaction: the history orders accepted writes by it (``extra["seq"
 
 Client processes configure Django themselves (:func:`configure`), since they do not run
 under pytest; the runner creates the file (``python -m tests.support.chaos.registers
-DB NAME...``) and reads the final values with the standard library (:func:`final_values`).
+DB NAME...``) and reads the final values and the counts of accepted writes with the standard
+library (:func:`final_values`, :func:`accepted_writes`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["Registers", "configure", "final_values", "prepare"]
+__all__ = ["Registers", "accepted_writes", "configure", "final_values", "prepare"]
 
 TABLE = "fencing_app_invoice"
 # Writers queue on SQLite's lock; a client SIGSTOPped inside a write keeps the others
@@ -113,6 +114,14 @@ def final_values(database: str | Path) -> dict[str, int]:
     with sqlite3.connect(database, timeout=BUSY_SECONDS) as connection:
         rows = connection.execute(f"SELECT number, amount FROM {TABLE}").fetchall()
     return {name: amount for name, amount in rows}
+
+
+def accepted_writes(database: str | Path) -> dict[str, int]:
+    """Each register's count of accepted fenced writes at the end of a run: the database's
+    own count (``status``), writes whose client never learned the outcome included."""
+    with sqlite3.connect(database, timeout=BUSY_SECONDS) as connection:
+        rows = connection.execute(f"SELECT number, status FROM {TABLE}").fetchall()
+    return {name: int(status) for name, status in rows}
 
 
 if __name__ == "__main__":

@@ -4,13 +4,16 @@ nemesis (:mod:`.nemesis`) injecting faults from the seeded schedule; stop everyt
 merge the clients' histories.
 
     result = run(RunConfig(topology="single", kind="mutex", seed=7, seconds=10))
-    report = check(result.history, wait_bound=result.config.wait_bound)
+    report = result.check()  # check(result.history, faults=result.faults)
 
 Merging marks what only the runner knows: the records of a hold during which the
 nemesis SIGSTOPped its client get ``extra["paused"]``, those pauses as ``[start, end]``
 pairs; a client the nemesis
 SIGKILLed gets a ``lost`` record (detail ``"killed"``, ``extra["killed"] = True``) for the
-hold it had open; each register's value at the end is a ``read`` by client ``final``.
+hold it had open; each register's value at the end is a ``read`` by client ``final``
+(``extra["final"] = True``; on fenced runs ``extra["accepted"]``, the database's count of
+the writes it accepted). The faults (:class:`~.nemesis.Fault`) record what each reached
+and which node served each lock's key around it: the checker's only excuses.
 
 A probe (:class:`tests.support.liveness.Probe`) reads the holders of every lock from
 Redis every 50 ms while the clients run; :meth:`RunResult.liveness` judges those reads
@@ -18,8 +21,9 @@ and the history against the liveness invariants (:mod:`tests.support.liveness`),
 :meth:`RunResult.findings` merges both reports.
 
 ``python -m tests.support.chaos.runner --topology T --kind K --seed S --seconds N
-[--unfenced] [--caller-faults] [--faults F,...] [--min-replicas auto|N]`` replays a
-run (:func:`replay_command` prints that line).
+[--unfenced] [--caller-faults] [--faults F,...] [--min-replicas auto|N] [--mutant NAME]
+[--hold-seconds LOW,HIGH]`` replays a run (:func:`replay_command` prints that line);
+``mutant`` runs the clients with a deliberately broken lock (:mod:`.mutants`).
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ from pathlib import Path
 
 from tests.support import REPO_ROOT
 from tests.support.chaos.nemesis import Fault, Nemesis, fault_kinds, schedule
-from tests.support.chaos.registers import final_values
+from tests.support.chaos.registers import accepted_writes, final_values
 from tests.support.chaos.sites import SITES, ChaosSite
 from tests.support.chaos.workloads import client_spec, register_names
 from tests.support.checker import Report, check
@@ -73,12 +77,10 @@ class RunConfig:
     kinds only; see :func:`~tests.support.chaos.nemesis.fault_kinds`)."""
     min_replicas: int | str | None = None
     """The clients' ``min_replicas`` (``"auto"`` or a count; default: the topology's)."""
-
-    @property
-    def wait_bound(self) -> float:
-        """How long past a holder's lease end a waiter may reasonably wait (for the
-        checker's liveness counters): a lease, plus the longest blocking timeout."""
-        return self.lease + 2.0
+    mutant: str | None = None
+    """A deliberately broken lock the clients run with (:data:`.mutants.MUTANTS`)."""
+    hold_seconds: tuple[float, float] | None = None
+    """How long a hold works before its write (default: :data:`.workloads.HOLD_SECONDS`)."""
 
 
 @dataclass
@@ -102,14 +104,9 @@ class RunResult:
         """The command that replays this run."""
         return replay_command(self.config)
 
-    def data_loss(self) -> list[tuple[float, float]]:
-        """When the servers may have lost what they granted: the ``(start, end)`` of each
-        failover, primary crash and restart without data (for the checker)."""
-        return [(f.start, f.end) for f in self.faults if f.kind in DATA_LOSS_FAULTS]
-
     def check(self) -> Report:
-        """The checker's report on this run's history."""
-        return check(self.history, wait_bound=self.config.wait_bound, data_loss=self.data_loss())
+        """The checker's report on this run's history, its faults the only excuses."""
+        return check(self.history, faults=self.faults)
 
     def liveness(self) -> LivenessReport:
         """The liveness report on this run (:mod:`tests.support.liveness`)."""
@@ -125,16 +122,11 @@ class RunResult:
         )
 
     def findings(self) -> list[str]:
-        """Every violation of both reports (the checker's, then the liveness one's), as
-        ``"type: message"`` lines."""
-        return [f"{v.type}: {v.message}" for v in self.check().violations] + [
+        """Every violation of both reports that no recorded fault excuses (the checker's,
+        then the liveness one's), as ``"type: message"`` lines."""
+        return [f"{v.type}: {v.message}" for v in self.check().unexcused] + [
             f"{v.type}: {v.message}" for v in self.liveness().violations
         ]
-
-
-DATA_LOSS_FAULTS = frozenset({"failover", "primary-crash", "server-restart"})
-"""Faults after which a server may no longer have a lock it granted: Redis replication
-is asynchronous, and a server restarted without persistence comes back empty."""
 
 
 def replay_command(config: RunConfig) -> str:
@@ -162,6 +154,10 @@ def replay_command(config: RunConfig) -> str:
         command.append("--caller-faults")
     if config.min_replicas is not None:
         command += ["--min-replicas", str(config.min_replicas)]
+    if config.mutant is not None:
+        command += ["--mutant", config.mutant]
+    if config.hold_seconds is not None:
+        command += ["--hold-seconds", ",".join(map(str, config.hold_seconds))]
     return shlex.join(command)
 
 
@@ -199,6 +195,8 @@ class _ClientPool:
                 if self.config.min_replicas is None
                 else self.config.min_replicas
             ),
+            mutant=self.config.mutant,
+            hold_seconds=self.config.hold_seconds,
         )
         with (self.directory / f"{name}.stderr").open("w") as stderr:
             process = subprocess.Popen(
@@ -230,6 +228,9 @@ class _ClientPool:
     def live(self) -> list[str]:
         with self._guard:
             return [name for name, process in self.processes.items() if process.poll() is None]
+
+    def pid(self, name: str) -> int:
+        return self.processes[name].pid
 
     def pause(self, name: str) -> None:
         self._stopped_at[name] = time.monotonic()
@@ -335,7 +336,8 @@ def run(config: RunConfig, directory: Path | None = None) -> RunResult:
         pool.close()
         site.stop()
     final = final_values(database)
-    history = _merge(read_history(sorted(directory.glob("*.jsonl"))), pool, final)
+    accepted = accepted_writes(database) if config.fenced else {}
+    history = _merge(read_history(sorted(directory.glob("*.jsonl"))), pool, final, accepted)
     write_history(directory / "merged.history", history)  # what the checker judged
     faults = nemesis.faults if nemesis is not None else []
     (directory / "faults.json").write_text(json.dumps([fault.to_dict() for fault in faults]))
@@ -355,7 +357,9 @@ def run(config: RunConfig, directory: Path | None = None) -> RunResult:
     )
 
 
-def _merge(history: list[Operation], pool: _ClientPool, final: dict[str, int]) -> list[Operation]:
+def _merge(
+    history: list[Operation], pool: _ClientPool, final: dict[str, int], accepted: dict[str, int]
+) -> list[Operation]:
     """``history`` with what the runner knows added (see the module docstring)."""
     done = {(op.client, op.hold, op.kind, op.value) for op in history if op.detail != PENDING}
     # A write recorded before its commit is superseded by its outcome; one left alone is
@@ -405,6 +409,7 @@ def _merge(history: list[Operation], pool: _ClientPool, final: dict[str, int]) -
                 outcome="ok",
                 value=value,
                 detail="the register after the run",
+                extra={"final": True, **({"accepted": accepted[name]} if name in accepted else {})},
             )
         )
     merged.sort(key=lambda operation: (operation.start, operation.end))
@@ -437,6 +442,11 @@ def min_replicas_option(value: str) -> int | str:
     return value if value == "auto" else int(value)
 
 
+def _seconds_range(text: str) -> tuple[float, float]:
+    low, high = text.split(",")
+    return float(low), float(high)
+
+
 def main(argv: list[str] | None = None) -> None:
     """Replay one run and print its faults and a summary of its history."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -451,6 +461,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--min-replicas", type=min_replicas_option, help="'auto' or a count (default: the site's)"
     )
+    parser.add_argument("--mutant", help="a broken lock (tests/support/chaos/mutants.py)")
+    parser.add_argument("--hold-seconds", help="LOW,HIGH: how long a hold works")
     options = parser.parse_args(argv)
     config = RunConfig(
         topology=options.topology,
@@ -462,6 +474,8 @@ def main(argv: list[str] | None = None) -> None:
         faults=tuple(options.faults.split(",")) if options.faults else None,
         caller_faults=options.caller_faults,
         min_replicas=options.min_replicas,
+        mutant=options.mutant,
+        hold_seconds=_seconds_range(options.hold_seconds) if options.hold_seconds else None,
     )
     result = run(config)
     for fault in result.faults:

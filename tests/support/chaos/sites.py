@@ -38,6 +38,7 @@ restarts it as a replica (writes not yet replicated are lost).
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import time
@@ -153,6 +154,45 @@ class ChaosSite:
             client = server.client(socket_timeout=_TIMEOUT, socket_connect_timeout=_TIMEOUT)
             self._readers[server.port] = client
         return _holders(client, name)
+
+    def serving(self) -> dict[str, str]:
+        """The node (``port N``) serving each lock name's key now; a name whose node
+        cannot be told (the topology in flux) is left out."""
+        found = {}
+        for name in self.lock_names:
+            try:
+                found[name] = f"port {self.primary_for(name).port}"
+            except Exception:  # unknown is what the checker gets then
+                continue
+        return found
+
+    def reaches(self, kind: str, target: str, detail: str) -> tuple[str, ...]:
+        """What a fault of ``kind`` on ``target`` (with ``detail``) reached: the proxy
+        and killed connections reach every client's connections; a replica's fault
+        reaches its primaries too where locks wait for a replica (``min_replicas``); a
+        slot migration both its nodes; any other fault its target node."""
+        if target in ("proxy", "primaries"):
+            return ("connections",)
+        if kind.startswith("replica-") and self.min_replicas:
+            return (target, *(f"port {primary.port}" for primary in self.primaries()))
+        if kind == "slot-migration":
+            return tuple(f"port {port}" for port in re.findall(r"\d+", detail))
+        return (target,)
+
+    def holder_pids(self) -> set[int]:
+        """The process ids holding an exclusive lock of :attr:`lock_names` now (from the
+        owner metadata in the lock's value)."""
+        pids = set()
+        for name in self.lock_names:
+            key = LockKeys.for_name(PREFIX, name).lock
+            try:
+                value = _ask(self.primary_for(name), "GET", key)
+            except Exception:  # held as a sorted set, or the topology in flux: nobody
+                continue
+            if value:
+                owner = json.loads(value.split(b"\n", 4)[4])
+                pids.add(int(owner["pid"]))
+        return pids
 
     def inject(self, kind: str, duration: float, rng: random.Random) -> tuple[str, str]:
         """Inject a fault of ``kind`` lasting ``duration`` seconds, heal it; returns

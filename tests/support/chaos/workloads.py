@@ -5,7 +5,9 @@ run's end, recording every operation (:class:`tests.support.history.Recorder`).
 ``python -m tests.support.chaos.workloads SPEC_JSON`` runs one client process; the spec
 (built by :func:`client_spec`) names the target (as :func:`tests.support.kind_workers.
 backend_for` takes it), the kind, the register database, the history file, the client's
-name and seed, the lease and whether writes are fenced. The client prints ``ready`` once
+name and seed, the lease, whether writes are fenced, a mutant (a deliberately broken lock,
+:mod:`.mutants`) or ``None``, and how long a hold works before its write (``None``:
+:data:`HOLD_SECONDS`). The client prints ``ready`` once
 connected, then reads a line from stdin: the run's end, a ``time.monotonic()`` instant
 (one clock for every process of the machine); its last hold starts before that.
 
@@ -69,6 +71,7 @@ from django_distlock.engine import (
     LockNotOwned,
 )
 from django_distlock.fencing import StaleFence
+from tests.support.chaos.mutants import apply as apply_mutant
 from tests.support.chaos.registers import Registers, configure
 from tests.support.history import PENDING, Outcome, Recorder
 from tests.support.kind_workers import account_names, backend_for
@@ -124,6 +127,8 @@ def client_spec(
     lease: float,
     fenced: bool,
     min_replicas: int | str = 0,
+    mutant: str | None = None,
+    hold_seconds: tuple[float, float] | None = None,
 ) -> dict[str, Any]:
     """The JSON spec of one client process."""
     if kind not in KINDS:
@@ -138,6 +143,8 @@ def client_spec(
         "lease": lease,
         "fenced": fenced,
         "min_replicas": min_replicas,
+        "mutant": mutant,
+        "hold_seconds": hold_seconds,
     }
 
 
@@ -166,6 +173,7 @@ class _Client:
     guard: threading.Lock = field(default_factory=threading.Lock)
     retired: list[Lock | LockGroup] = field(default_factory=list)
     """Lock objects whose release failed or was interrupted (:attr:`_Take.retire`)."""
+    hold_seconds: tuple[float, float] = HOLD_SECONDS
 
     def record(self, kind: Any, name: str, start: float, outcome: Outcome, **fields: Any) -> None:
         with self.guard:
@@ -418,7 +426,7 @@ async def _read_modify_write(client: _Client, held: _Held, take: _Take) -> None:
     client.record("read", held.name, start, "ok", value=value, **common)
     if not take.writes:
         return
-    await asyncio.sleep(client.rng.uniform(*HOLD_SECONDS))
+    await asyncio.sleep(client.rng.uniform(*client.hold_seconds))
     start = time.monotonic()
     try:
         await _database(client.registers.write, held.name, value + 1)
@@ -435,7 +443,7 @@ async def _fenced_increment(client: _Client, held: _Held, common: dict[str, Any]
     transaction (a fence refuses a stale write, not a stale read: read in the transaction
     of the fenced write, or lose updates; docs/fencing.md)."""
     assert held.fence is not None
-    await asyncio.sleep(client.rng.uniform(*HOLD_SECONDS))
+    await asyncio.sleep(client.rng.uniform(*client.hold_seconds))
     start = time.monotonic()
 
     def pending(value: int) -> None:
@@ -538,7 +546,17 @@ async def _one_hold(client: _Client, api: _Api, take: _Take) -> None:
         await _release(client, api, take)
 
 
+def _lease_ends(take: _Take) -> dict[str, float]:
+    """The monotonic lease end each name's holder believes in now (none if not held)."""
+    lock = take.lock
+    locks = lock.locks if isinstance(lock, LockGroup) else {take.names[0]: lock}
+    now, wall = time.monotonic(), time.time()
+    ends = {name: locks[name].valid_until for name in take.names}
+    return {name: now - (wall - end) for name, end in ends.items() if end is not None}
+
+
 async def _release(client: _Client, api: _Api, take: _Take) -> None:
+    believed = _lease_ends(take)
     start = time.monotonic()
     for name in take.names:  # a client killed during the release leaves this behind
         held = client.held[name]
@@ -598,7 +616,18 @@ def _record_release(
             **common,
         )
         if outcome == "fail" and not held.lost_recorded:
-            client.record("lost", held.name, start, "ok", detail=detail, limit=take.limit, **common)
+            # The lease end it believed in, told now (the checker's "own records").
+            until = {"lease_until": believed[held.name]} if held.name in believed else {}
+            client.record(
+                "lost",
+                held.name,
+                start,
+                "ok",
+                detail=detail,
+                limit=take.limit,
+                extra=until,
+                **common,
+            )
 
 
 def _how(api: _Api, error: BaseException) -> str:
@@ -681,6 +710,8 @@ class _SiblingFailed(Exception):
 
 async def _run(spec: dict[str, Any]) -> None:
     configure(spec["database"])
+    if spec.get("mutant"):
+        apply_mutant(spec["mutant"])
     backend = backend_for(spec["target"], min_replicas=spec["min_replicas"])
     asynchronous = spec["kind"].endswith("-async")
     interrupter = _Interrupter(spec["seed"] + 7919, asynchronous)
@@ -694,7 +725,14 @@ async def _run(spec: dict[str, Any]) -> None:
             lease=spec["lease"],
             fenced=spec["fenced"],
         )
+        if spec.get("hold_seconds"):
+            client.hold_seconds = tuple(spec["hold_seconds"])
         choose = _chooser(spec["kind"], backend, client)
+        # A first request pays for connecting (a cluster's slots, the node's pool): made
+        # here, before the run's clock starts, it is not counted as a wait.
+        for name in register_names(spec["kind"]):
+            probe = Lock(name, backend=backend)
+            await probe.alocked() if api.asynchronous else probe.locked()
         print("ready", flush=True)
         until = float(await asyncio.to_thread(sys.stdin.readline))
         while time.monotonic() < until:
