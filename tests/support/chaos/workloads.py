@@ -579,6 +579,7 @@ async def _release(client: _Client, api: _Api, take: _Take) -> None:
             "info",
             f"interrupted: {error!r}",
             extra={**take.extra, "interrupted": _how(api, error)},
+            believed=believed,
         )
         raise
     except LockLost as error:
@@ -589,7 +590,7 @@ async def _release(client: _Client, api: _Api, take: _Take) -> None:
         outcome, detail = "info", repr(error)
         if take.retire is not None:
             take.retire()
-    _record_release(client, take, start, outcome, detail, extra=extra)
+    _record_release(client, take, start, outcome, detail, extra=extra, believed=believed)
 
 
 def _record_release(
@@ -600,7 +601,10 @@ def _record_release(
     detail: str,
     *,
     extra: dict[str, Any],
+    believed: dict[str, float],
 ) -> None:
+    """Record the release of ``take``'s names; ``believed``: the lease end each holder
+    believed in when the release began (:func:`_lease_ends`)."""
     with client.guard:
         helds = [client.held.pop(name) for name in take.names]
     for held in helds:
