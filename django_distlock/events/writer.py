@@ -197,7 +197,9 @@ class BufferedEventWriter:
         finally:
             # The thread's own connection is closed once it has caught up (or failed):
             # an idle process holds none, a busy one does not reconnect for every batch.
-            if failed or not buffer or self._worker.closing:
+            if self._worker.closing:
+                _close_thread_connections()
+            elif failed or not buffer:
                 connections.close_all()
         self.losses.report()
 
@@ -290,6 +292,21 @@ def write_now(item: Item) -> None:
     except Exception as error:  # noqa: BLE001 - never break the lock
         _sync_losses.failed(1, describe_failure(error, item[0]))
         _sync_losses.report()
+
+
+def _close_thread_connections() -> None:
+    """Close every database connection this thread opened, before the thread ends.
+
+    Django's ``close()`` leaves an in-memory SQLite database open (closing it would
+    destroy the database), so such a connection would be collected unclosed with its
+    thread (a ``ResourceWarning`` since Python 3.13). A thread's own connection is its
+    own: closing it loses nothing another thread sees (Django's test databases in memory
+    are shared-cache)."""
+    for connection in connections.all(initialized_only=True):
+        connection.close()
+        if connection.connection is not None:
+            connection.connection.close()
+            connection.connection = None
 
 
 def _forget_writer_after_fork() -> None:
