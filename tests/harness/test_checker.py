@@ -581,6 +581,31 @@ def test_a_long_wait_while_the_locks_slot_migrated() -> None:
     assert [v.cause for v in check(history, faults=[elsewhere]).violations] == [None, None]
 
 
+def test_a_group_waits_for_every_name_it_asked_for() -> None:
+    # A distlock_many acquire waits on all its names: a migration of the slot of one of
+    # them (on another node than the name the record is for) held the whole group up.
+    group = {"group": ["lock", "other"]}
+    history = [
+        op("acquire", "a", 0.0, 2.5, "fail", lock="other", blocking_timeout=0.5, extra=group),
+    ]
+    here = Fault(
+        "slot-migration",
+        "slot 7",
+        0.5,
+        2.0,
+        reaches=("port 1", "port 2"),
+        serving={"lock": "port 1", "other": "port 3"},
+        serving_after={"lock": "port 2", "other": "port 3"},
+    )
+
+    report = check(history, faults=[here])
+
+    assert types(report) == [ViolationType.LONG_WAIT]
+    assert report.violations[0].cause == here
+    alone = [op("acquire", "a", 0.0, 2.5, "fail", lock="other", blocking_timeout=0.5)]
+    assert [v.cause for v in check(alone, faults=[here]).violations] == [None]
+
+
 def test_a_long_wait_no_longer_than_a_stall_it_met() -> None:
     # A non-blocking acquire sent into a stalled proxy gets its answer when the stall ends.
     history = [

@@ -402,8 +402,11 @@ class _Causes:
     def delay(self, op: Operation, excess: float) -> Fault | None:
         """A fault that kept ``op``'s requests unanswered for ``excess`` seconds: one that
         reached its client's connections or its lock's node while it ran, for as long
-        (a slot migration: for its ``TRYAGAIN`` budget)."""
-        reached = {"connections", op.client, *self.serving(op.lock, op.start, op.end)}
+        (a slot migration: for its ``TRYAGAIN`` budget). A group's acquire waits on every
+        name of its group (``extra["group"]``)."""
+        names = op.extra.get("group") or [op.lock]
+        nodes = (node for name in names for node in self.serving(name, op.start, op.end))
+        reached = {"connections", op.client, *nodes}
         for fault in self.faults:
             during = min(fault.end, op.end) - max(fault.start, op.start)
             if during <= 0 or not reached & set(fault.reaches):

@@ -176,7 +176,9 @@ class ChaosSite:
         if kind.startswith("replica-") and self.min_replicas:
             return (target, *(f"port {primary.port}" for primary in self.primaries()))
         if kind == "slot-migration":
-            return tuple(f"port {port}" for port in re.findall(r"\d+", detail))
+            # "port A -> B; replied ..." (the redirect counts after it are not nodes)
+            nodes = detail.partition(";")[0]
+            return tuple(f"port {port}" for port in re.findall(r"\d+", nodes))
         return (target,)
 
     def holder_pids(self) -> set[int]:
