@@ -9,6 +9,8 @@ import asyncio
 import io
 import logging
 import re
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -144,6 +146,43 @@ def test_distlock_raises_lock_not_replicated_sync_and_async(replicas_paused):
     with distlock("report", min_replicas=0) as lock:
         assert lock.fence
     assert LockEvent.objects.filter(kind="not_replicated", name="report").count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("api", ["sync", "async"])
+def test_a_waiter_tries_again_while_no_replica_acknowledges(replicas_paused, api):
+    """A planned failover takes the old primary's replica first: a waiting acquire that no
+    replica acknowledges gives the lock back and tries again within its
+    ``blocking_timeout`` (for up to the failover ride-out), instead of raising at once."""
+
+    def acquire(name: str, blocking_timeout: float) -> bool:
+        lock = distlock(name, blocking_timeout=blocking_timeout)
+        if api == "sync":
+            got = lock.acquire()
+            if got:
+                lock.release()
+            return got
+
+        async def take() -> bool:
+            got = await lock.aacquire()
+            if got:
+                await lock.arelease()
+            return got
+
+        return asyncio.run(take())
+
+    started = time.monotonic()
+    with pytest.raises(LockNotReplicated, match=re.escape(EXPLAINED)):
+        acquire("report", 1.0)  # the replicas stay paused: refused at the wait's end
+    assert 1.0 <= time.monotonic() - started < 3.0
+    resume = threading.Timer(0.5, lambda: [r.resume() for r in replicas_paused.replicas])
+    resume.start()
+    started = time.monotonic()
+    try:
+        assert acquire("report:later", 5.0)
+    finally:
+        resume.join()
+    assert 0.5 <= time.monotonic() - started < 5.0
 
 
 @pytest.mark.django_db(transaction=True)

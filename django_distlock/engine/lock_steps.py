@@ -28,6 +28,7 @@ from .keys import LockKeys
 from .modes import EXCLUSIVE, LIMITED, SHARED
 from .ops import AwaitWakeUp, Call, CallEndingWait, Op, Pause, Replicated, StartWait, Wake
 from .replies import reply_tag, taken_reply
+from .requests import interrupted
 from .scripts import ACQUIRE, HOLDER_ACQUIRE, PASS_ON, Script
 from .tuning import Tuning, ms
 
@@ -98,7 +99,12 @@ def acquire_steps(
                     reply = yield from _attempt_ending_wait(wait, script, args, replicas)
                 else:
                     reply = yield Call(script, attempt_keys, args.argv(), replicas)
-            except LockBackendUnavailable:
+            except LockBackendUnavailable as error:
+                if blocking and wait.ride_out_until is None and interrupted(error.__cause__):
+                    # The primary changed under this attempt (a planned failover unblocked
+                    # its WAIT, or the demoted primary refused it): ride it out as a wait
+                    # the failover ended.
+                    wait.ride_out(tuning.failover_ride_out, deadline)
                 if wait.ride_out_until is None or time.monotonic() >= wait.ride_out_until:
                     raise
                 # The primary is changing: the same token again, once it settles (a request
@@ -129,7 +135,15 @@ def acquire_steps(
                     # Not on enough replicas: a failover now could forget it. Give it back.
                     yield from release_steps(keys, token, liveness_ms, mode)
                     wait.settle()
-                    return unreplicated
+                    if blocking and wait.ride_out_until is None:
+                        # A waiter tries again within its blocking_timeout (a planned
+                        # failover: the old primary lost its replica first), for as long as
+                        # a failover is ridden out.
+                        wait.ride_out(tuning.failover_ride_out, deadline)
+                    if not blocking or time.monotonic() >= wait.ride_out_until:
+                        return unreplicated
+                    yield Pause(tuning.failover_pause)
+                    continue
                 # No wait is outstanding here (a re-check after the timer ends it in the
                 # same step), the acquire script took us off the queue, and a wake-up we
                 # consumed was used: nothing to clean up or hand on.

@@ -190,14 +190,14 @@ async def test_auto_refuses_what_no_replica_acknowledged_then_stops_waiting_for_
             setup.pause_replica(0)
             try:
                 with pytest.raises(LockNotReplicated, match="only 0 of the 1 replicas"):
-                    await api.acquire(lock)
+                    await api.acquire(lock, blocking=False)  # a waiter would try again
             finally:
                 setup.resume_replica(0)
             assert await api.acquire(lock)  # acknowledged again
             await api.release(lock)
             setup.kill_replica(0)
             with pytest.raises(LockNotReplicated):  # within the grace: still waited on
-                await api.acquire(lock)
+                await api.acquire(lock, blocking=False)
             await asyncio.sleep(tuning.replica_grace + tuning.replica_check)
             before = _waits(client)
             assert await api.acquire(lock)

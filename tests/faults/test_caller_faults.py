@@ -62,7 +62,7 @@ CALLER_RUNS = [
     # Planned Sentinel failovers: a request meeting the demoted primary on a connection
     # still open to it (READONLY) is sent again to the new one; a waiting acquire raises
     # nothing (it raised "The previous master is now a slave" within milliseconds).
-    RunConfig("sentinel", "mutex", seed=31, seconds=5, faults=("failover",)),
+    RunConfig("sentinel", "mutex", seed=31, seconds=5, faults=("failover",), min_replicas="auto"),
 ]
 
 
