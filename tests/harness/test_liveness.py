@@ -352,6 +352,28 @@ def test_what_a_migration_does_not_cover_is_not_judged() -> None:
     assert judge([_error(1.1, 1.5)], [], [fault("slot-migration", 1.0, 4.5)]).ok
 
 
+def test_an_error_from_the_next_fault_is_not_the_ridden_out_faults() -> None:
+    # The long runs' sentinel/mutex run (seed 2711): a maxmemory fault began as a planned
+    # failover ended, and the acquires it refused (OOM) within the failover's slack were
+    # taken for errors the failover raised.
+    failover = fault("failover", 1.0, 2.0)
+    oom = _error(1.9, 2.1, blocking_timeout=2.0)
+    assert judge([oom], [], [failover], topology="sentinel").of_type(
+        LivenessType.RIDDEN_OUT_FAULT_RAISED
+    )
+    squeeze = fault("maxmemory", 2.0, 2.5)
+    assert judge([oom], [], [failover, squeeze], topology="sentinel").ok
+    # One that ended before the next fault began is still judged.
+    early = _error(1.5, 1.95, blocking_timeout=2.0)
+    assert not judge([early], [], [failover, squeeze], topology="sentinel").ok
+    # Another client's pause, or the caller's own interruption, explains nothing.
+    for other in (Fault("client-pause", "c2", 2.0, 2.5), Fault("client-interrupt", "c1", 2.0, 2.0)):
+        assert not judge([oom], [], [failover, other], topology="sentinel").ok
+    assert judge(
+        [oom], [], [failover, Fault("client-pause", "c1", 2.0, 2.5)], topology="sentinel"
+    ).ok
+
+
 def test_a_planned_sentinel_failover_is_ridden_out_by_waiting_acquires() -> None:
     failover = fault("failover", 1.0, 1.8)
     waiting = _error(0.9, 1.7, blocking_timeout=2.0)

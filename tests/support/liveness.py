@@ -31,7 +31,9 @@ violation names its operations, samples and the bound it broke:
   a slot migration on Cluster (``ASK``/``TRYAGAIN``, 3 s: docs/architecture.md), or,
   for an acquire waiting with a ``blocking_timeout`` the failover fit in, a planned
   Sentinel failover (docs/architecture.md, "A failover ending a wait"). Not judged when
-  another fault ran shortly before.
+  another fault ran shortly before, nor for an operation that ended after the next fault
+  began (the nemesis starts one as the last ends; a client's fault counts for that
+  client's operations only): that fault may be what it met.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ class FaultLike(Protocol):
     """A fault of the nemesis' log (:class:`tests.support.chaos.nemesis.Fault`)."""
 
     kind: str
+    target: str
     start: float
     end: float
 
@@ -487,9 +490,12 @@ def _check_ridden_out(
             if f.kind not in CALLER_FAULT_KINDS
         ):
             continue
+        later = [f for f in ordered[index + 1 :] if f.kind not in CALLER_FAULT_KINDS]
         for op in history:
             if not (fault.start <= op.end <= fault.end + bounds.slack):
                 continue
+            if any(_met(f, op) for f in later):
+                continue  # the next fault began before it ended: it may be what it met
             if fault.kind == "failover":  # a wait rides it out, nothing else is promised
                 if op.kind != "acquire" or op.blocking_timeout == 0:
                     continue
@@ -507,6 +513,14 @@ def _check_ridden_out(
                     f"{fault.end - fault.start:.2f} s) reached the caller: {_describe(op)}",
                     [op],
                 )
+
+
+def _met(fault: FaultLike, op: Operation) -> bool:
+    """Whether ``fault`` began before ``op`` ended and may have reached it (a client's
+    fault reaches that client's operations only)."""
+    if fault.start > op.end:
+        return False
+    return fault.kind not in CLIENT_FAULT_KINDS or fault.target == op.client
 
 
 def _lost(op: Operation) -> bool:
