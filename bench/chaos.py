@@ -96,6 +96,8 @@ class Figures:
     errors: list[str]
     messages: list[str] = field(default_factory=list)
     """Every unexcused violation, then the first few excused ones."""
+    directory: str = ""
+    """Where the run left its history, faults and probe reads (to judge them again)."""
 
 
 def figures(result: RunResult) -> Figures:
@@ -139,6 +141,7 @@ def figures(result: RunResult) -> Figures:
         final=dict(result.final),
         errors=[error.splitlines()[0] for error in result.errors],
         messages=messages,
+        directory=str(result.directory),
     )
 
 
@@ -199,7 +202,8 @@ def report(run_figures: Figures, lease: float) -> str:
         f"min_replicas {f.min_replicas}, caller faults {'on' if f.caller_faults else 'off'})"
     )
     shown = [f"- {message}" for message in f.messages]
-    return "\n".join([title, "", table(["", ""], rows), "", *shown, f"replay: `{f.replay}`", ""])
+    where = [f"replay: `{f.replay}`", f"history: {f.directory}", ""]
+    return "\n".join([title, "", table(["", ""], rows), "", *shown, *where])
 
 
 def _sum(counters: list[dict[str, int]]) -> dict[str, int]:
