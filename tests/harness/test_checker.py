@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from tests.support.chaos.nemesis import Fault
+from tests.support.chaos.sites import ChaosSite
 from tests.support.checker import Report, ViolationType, check
 from tests.support.history import Kind, Operation, Outcome
 from tests.support.linearizability import Verdict, check_register
@@ -619,6 +620,42 @@ def test_a_long_wait_no_longer_than_a_stall_it_met() -> None:
     # a ran 0.4 s over, within the 1.3 s of stall it met; b ran 1.5 s over.
     assert [v.cause for v in report.violations] == [stall, None]
     assert [v.cause for v in check(history).violations] == [None, None]
+
+
+class _Primary:
+    port = 1
+
+
+class _ReplicatedStub(ChaosSite):
+    """A site whose one primary is ``port 1`` (nothing started)."""
+
+    name = "stub"
+
+    def primaries(self) -> list[Any]:
+        return [_Primary()]
+
+
+@pytest.mark.parametrize("min_replicas", ["auto", 1])
+def test_a_replica_pause_excuses_a_wait_for_its_acknowledgement(
+    min_replicas: int | str,
+) -> None:
+    # Locks that wait for a replica (min_replicas "auto" with a replica, or 1) wait as
+    # long as it is paused: the pause reaches their primary. A run's min_replicas was
+    # not passed to its site: with "auto" on Sentinel or Cluster (site default 0) a
+    # replica's pause reached the replica only, and excused nothing on the primary.
+    history = [op("acquire", "a", 1.0, 3.2, "fail", blocking_timeout=0.5, detail="timeout")]
+    off = _ReplicatedStub(["lock"])
+    on = _ReplicatedStub(["lock"], min_replicas=min_replicas)
+    assert off.reaches("replica-pause", "port 2", "replica") == ("port 2",)
+    reaches = on.reaches("replica-pause", "port 2", "replica")
+    assert reaches == ("port 2", "port 1")
+    pause = fault("replica-pause", "port 2", 0.9, 2.8, reaches=reaches)
+
+    report = check(history, faults=[pause])
+
+    assert [v.cause for v in report.violations] == [pause]
+    unreached = fault("replica-pause", "port 2", 0.9, 2.8)
+    assert [v.cause for v in check(history, faults=[unreached]).violations] == [None]
 
 
 def test_a_hold_never_ended() -> None:

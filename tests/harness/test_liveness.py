@@ -208,6 +208,21 @@ def test_a_renewal_held_back_by_a_stalled_proxy_extends_the_bound() -> None:
     assert judge(history, samples, [fault("proxy-stall", 0.3, 1.5)]).ok
 
 
+def test_the_longest_a_hold_outlived_its_owner_is_measured() -> None:
+    history = [
+        op("acquire", "c1", 0.0, 0.01, token="t1"),
+        op("release", "c1", 0.5, 0.51, "info", detail="LockBackendUnavailable(BUSY)"),
+        op("acquire", "c2", 2.0, 2.01, token="t2"),
+        op("release", "c2", 2.5, 2.51),
+    ]
+    # t1 was seen until 1.2 (0.69 s after its release failed), t2 not after its release.
+    samples = reads(0.0, 1.2, [("t1", PID)]) + reads(2.0, 2.5, [("t2", 4343)])
+    report = judge(history, samples + reads(2.55, 3.0, []))
+    assert report.ok, report.violations
+    assert report.holds_after_owner == 1
+    assert abs(report.longest_hold_after_owner - 0.69) < 1e-6
+
+
 # -- a free lock with a live waiter is taken ----------------------------------------------
 
 
@@ -280,6 +295,23 @@ def test_a_free_span_is_excused_near_a_server_fault_or_a_dead_client_only() -> N
     assert not judge(later, reads(5.0, 8.5, []), [fault("server-pause", 0.0, 0.5)]).ok
 
 
+def test_the_longest_free_wait_of_a_live_waiter_is_measured_outside_faults() -> None:
+    history = [
+        op("acquire", "c1", 0.0, 0.01, token="t1"),
+        op("release", "c1", 0.5, 0.51),
+        op("acquire", "c2", 0.2, 0.9, token="t2", blocking_timeout=2.0),
+    ]
+    # Free from the read at 0.55 to the one at 0.85: the waiter waited 0.3 s of it.
+    samples = (
+        reads(0.0, 0.5, [("t1", PID)]) + reads(0.55, 0.85, []) + reads(0.9, 1.2, [("t2", 4343)])
+    )
+    report = judge(history, samples)
+    assert report.ok, report.violations
+    assert abs(report.longest_free_wait - (0.85 - 0.551)) < 1e-6
+    # Near a server fault the span is not judged, nor measured.
+    assert judge(history, samples, [fault("server-pause", 0.0, 0.4)]).longest_free_wait == 0.0
+
+
 # -- ridden-out faults raise nothing ------------------------------------------------------
 
 
@@ -318,6 +350,28 @@ def test_what_a_migration_does_not_cover_is_not_judged() -> None:
     assert judge([_error(1.1, 1.5)], [], [crash, migration]).ok
     # A migration longer than the budget promises nothing.
     assert judge([_error(1.1, 1.5)], [], [fault("slot-migration", 1.0, 4.5)]).ok
+
+
+def test_an_error_from_the_next_fault_is_not_the_ridden_out_faults() -> None:
+    # The long runs' sentinel/mutex run (seed 2711): a maxmemory fault began as a planned
+    # failover ended, and the acquires it refused (OOM) within the failover's slack were
+    # taken for errors the failover raised.
+    failover = fault("failover", 1.0, 2.0)
+    oom = _error(1.9, 2.1, blocking_timeout=2.0)
+    assert judge([oom], [], [failover], topology="sentinel").of_type(
+        LivenessType.RIDDEN_OUT_FAULT_RAISED
+    )
+    squeeze = fault("maxmemory", 2.0, 2.5)
+    assert judge([oom], [], [failover, squeeze], topology="sentinel").ok
+    # One that ended before the next fault began is still judged.
+    early = _error(1.5, 1.95, blocking_timeout=2.0)
+    assert not judge([early], [], [failover, squeeze], topology="sentinel").ok
+    # Another client's pause, or the caller's own interruption, explains nothing.
+    for other in (Fault("client-pause", "c2", 2.0, 2.5), Fault("client-interrupt", "c1", 2.0, 2.0)):
+        assert not judge([oom], [], [failover, other], topology="sentinel").ok
+    assert judge(
+        [oom], [], [failover, Fault("client-pause", "c1", 2.0, 2.5)], topology="sentinel"
+    ).ok
 
 
 def test_a_planned_sentinel_failover_is_ridden_out_by_waiting_acquires() -> None:

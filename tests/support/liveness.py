@@ -31,11 +31,14 @@ violation names its operations, samples and the bound it broke:
   a slot migration on Cluster (``ASK``/``TRYAGAIN``, 3 s: docs/architecture.md), or,
   for an acquire waiting with a ``blocking_timeout`` the failover fit in, a planned
   Sentinel failover (docs/architecture.md, "A failover ending a wait"). Not judged when
-  another fault ran shortly before.
+  another fault ran shortly before, nor for an operation that ended after the next fault
+  began (the nemesis starts one as the last ends; a client's fault counts for that
+  client's operations only): that fault may be what it met.
 """
 
 from __future__ import annotations
 
+import bisect
 import threading
 import time
 from collections import defaultdict
@@ -75,6 +78,7 @@ class FaultLike(Protocol):
     """A fault of the nemesis' log (:class:`tests.support.chaos.nemesis.Fault`)."""
 
     kind: str
+    target: str
     start: float
     end: float
 
@@ -150,6 +154,14 @@ class LivenessReport:
     """Free spans the probe saw while a live waiter waited (judged or not)."""
     ridden_out: int = 0
     """Operations judged against a ridden-out fault."""
+    holds_after_owner: int = 0
+    """Holds the probe still saw after their owner stopped believing it held them."""
+    longest_hold_after_owner: float = 0.0
+    """The longest such a hold was still seen (seconds from its owner letting go to the
+    start of the last read that saw it; a hold is gone by the next read)."""
+    longest_free_wait: float = 0.0
+    """The longest a live waiter waited while the probe saw its lock free, outside the
+    faults' settle times: what :attr:`Bounds.free_taken` judges (seconds)."""
 
     @property
     def ok(self) -> bool:
@@ -279,6 +291,7 @@ def _check_holds_end(
             acquires[(op.client, op.lock)].append(op)
     reported: set[tuple[str, str]] = set()
     seen: set[tuple[str, str]] = set()
+    after: dict[tuple[str, str], float] = {}
     for sample in samples:
         for token, pid in sample.holders or ():
             hold = _current(owned.get((sample.lock, token), ()), sample)
@@ -301,7 +314,11 @@ def _check_holds_end(
             if (sample.lock, token) not in seen:
                 report.holds_seen += 1
                 seen.add((sample.lock, token))
-            if stopped is None or (sample.lock, token) in reported:
+            if stopped is None:
+                continue
+            if sample.start > stopped:
+                after[(sample.lock, token)] = sample.start - stopped
+            if (sample.lock, token) in reported:
                 continue
             bound = bounds.hold_gone + _delayed(faults, stopped - bounds.lease, sample.start)
             if sample.start > stopped + bound:
@@ -313,6 +330,8 @@ def _check_holds_end(
                     f"stopped believing it held it ({what}; bound {bound:.2f} s)",
                     operations,
                 )
+    report.holds_after_owner = len(after)
+    report.longest_hold_after_owner = max(after.values(), default=0.0)
 
 
 def _current(holds: Iterable[_Owned], sample: Sample) -> _Owned | None:
@@ -372,34 +391,52 @@ def _check_free_taken(
     paused: dict[str, list[tuple[float, float]]],
     report: LivenessReport,
 ) -> None:
-    waiters = [
-        op
-        for op in history
-        if op.kind == "acquire"
-        and "group" not in op.extra
-        and (op.blocking_timeout is None or op.blocking_timeout > 0)
-    ]
+    waiters: dict[str, list[Operation]] = defaultdict(list)
+    for op in history:
+        if (
+            op.kind == "acquire"
+            and "group" not in op.extra
+            and (op.blocking_timeout is None or op.blocking_timeout > 0)
+        ):
+            waiters[op.lock].append(op)
+    starts: dict[str, list[float]] = {}
+    longest: dict[str, float] = {}
+    for lock, ops in waiters.items():
+        ops.sort(key=lambda op: op.start)
+        starts[lock] = [op.start for op in ops]
+        longest[lock] = max(op.end - op.start for op in ops)
     for lock, free_from, free_to in _free_spans(samples, bounds.probe_gap):
-        if free_to - free_from <= bounds.free_taken:
+        if free_to <= free_from or lock not in waiters:
             continue
-        for op in waiters:
+        # Only waiters that started in time to still wait within the span.
+        first = bisect.bisect_left(starts[lock], free_from - longest[lock])
+        last = bisect.bisect_left(starts[lock], free_to)
+        found = False
+        for op in waiters[lock][first:last]:
             # The lock was free, and the waiter waited, from begin to end.
             begin, end = max(free_from, op.start), min(free_to, op.end)
-            if op.lock != lock or end - begin <= bounds.free_taken:
+            waited = end - begin
+            over = waited > bounds.free_taken
+            if waited <= 0 or not (over or waited > report.longest_free_wait):
                 continue
             if _stopped(op.client, begin, end, killed, paused):
                 continue
+            near = _near_fault(faults, begin, end, bounds)
+            if not near:
+                report.longest_free_wait = max(report.longest_free_wait, waited)
+            if not over or found:
+                continue
             report.free_waits += 1
-            if _near_fault(faults, begin, end, bounds):
+            if near:
                 continue
             report.add(
                 LivenessType.FREE_LOCK_NOT_TAKEN,
                 f"{lock!r} free from {free_from:.3f} to {free_to:.3f} while a live waiter "
-                f"waited for it {end - begin:.2f} s of that time (bound "
+                f"waited for it {waited:.2f} s of that time (bound "
                 f"{bounds.free_taken:.2f} s): {_describe(op)}",
                 [op],
             )
-            break  # one violation per free span
+            found = True  # one violation per free span
 
 
 def _stopped(
@@ -453,9 +490,12 @@ def _check_ridden_out(
             if f.kind not in CALLER_FAULT_KINDS
         ):
             continue
+        later = [f for f in ordered[index + 1 :] if f.kind not in CALLER_FAULT_KINDS]
         for op in history:
             if not (fault.start <= op.end <= fault.end + bounds.slack):
                 continue
+            if any(_met(f, op) for f in later):
+                continue  # the next fault began before it ended: it may be what it met
             if fault.kind == "failover":  # a wait rides it out, nothing else is promised
                 if op.kind != "acquire" or op.blocking_timeout == 0:
                     continue
@@ -473,6 +513,14 @@ def _check_ridden_out(
                     f"{fault.end - fault.start:.2f} s) reached the caller: {_describe(op)}",
                     [op],
                 )
+
+
+def _met(fault: FaultLike, op: Operation) -> bool:
+    """Whether ``fault`` began before ``op`` ended and may have reached it (a client's
+    fault reaches that client's operations only)."""
+    if fault.start > op.end:
+        return False
+    return fault.kind not in CLIENT_FAULT_KINDS or fault.target == op.client
 
 
 def _lost(op: Operation) -> bool:

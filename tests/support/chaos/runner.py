@@ -190,11 +190,7 @@ class _ClientPool:
             seed=self.config.seed * 1000 + self._serial,
             lease=self.config.lease,
             fenced=self.config.fenced,
-            min_replicas=(
-                self.site.min_replicas
-                if self.config.min_replicas is None
-                else self.config.min_replicas
-            ),
+            min_replicas=self.site.min_replicas,
             mutant=self.config.mutant,
             hold_seconds=self.config.hold_seconds,
         )
@@ -292,7 +288,9 @@ def run(config: RunConfig, directory: Path | None = None) -> RunResult:
     when it returns or raises."""
     directory = directory or Path(tempfile.mkdtemp(prefix="distlock-chaos-"))
     names = register_names(config.kind)
-    site = SITES[config.topology](names)
+    # The site knows what the clients wait for: a replica's fault reaches the primaries
+    # of locks that wait for a replica.
+    site = SITES[config.topology](names, min_replicas=config.min_replicas)
     kinds = (
         list(config.faults)
         if config.faults is not None

@@ -102,10 +102,14 @@ class ChaosSite:
     fault_kinds: Sequence[str] = ()
     transient_kinds: Sequence[str] = ()
     """Transient-error faults, drawn only in runs with the caller's faults."""
-    min_replicas = 0
+    min_replicas: int | str = 0
+    """The clients' ``min_replicas`` (``"auto"`` or a count): the topology's default,
+    or what a run gives (``ChaosSite(names, min_replicas=...)``)."""
 
-    def __init__(self, lock_names: Sequence[str]) -> None:
+    def __init__(self, lock_names: Sequence[str], min_replicas: int | str | None = None) -> None:
         self.lock_names = list(lock_names)
+        if min_replicas is not None:
+            self.min_replicas = min_replicas
         self._paused: list[RedisServer] = []
         self._squeezed: list[RedisServer] = []
         self._readers: dict[int, Any] = {}
@@ -169,8 +173,9 @@ class ChaosSite:
     def reaches(self, kind: str, target: str, detail: str) -> tuple[str, ...]:
         """What a fault of ``kind`` on ``target`` (with ``detail``) reached: the proxy
         and killed connections reach every client's connections; a replica's fault
-        reaches its primaries too where locks wait for a replica (``min_replicas``); a
-        slot migration both its nodes; any other fault its target node."""
+        reaches its primaries too where locks wait for a replica (``min_replicas`` not
+        0: ``"auto"`` waits wherever a replica is connected); a slot migration both its
+        nodes; any other fault its target node."""
         if target in ("proxy", "primaries"):
             return ("connections",)
         if kind.startswith("replica-") and self.min_replicas:
