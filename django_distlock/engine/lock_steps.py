@@ -100,12 +100,11 @@ def acquire_steps(
                 else:
                     reply = yield Call(script, attempt_keys, args.argv(), replicas)
             except LockBackendUnavailable as error:
-                if blocking and wait.ride_out_until is None and interrupted(error.__cause__):
-                    # The primary changed under this attempt (a planned failover unblocked
-                    # its WAIT, or the demoted primary refused it): ride it out as a wait
-                    # the failover ended.
-                    wait.ride_out(tuning.failover_ride_out, deadline)
-                if wait.ride_out_until is None or time.monotonic() >= wait.ride_out_until:
+                # The primary changed under this attempt (a planned failover unblocked its
+                # WAIT, or the demoted primary refused it): ride it out as a wait the
+                # failover ended.
+                changed = blocking and interrupted(error.__cause__)
+                if not wait.riding_out(changed, tuning.failover_ride_out, deadline):
                     raise
                 # The primary is changing: the same token again, once it settles (a request
                 # that did run answers "taken" to its own token).
@@ -135,12 +134,10 @@ def acquire_steps(
                     # Not on enough replicas: a failover now could forget it. Give it back.
                     yield from release_steps(keys, token, liveness_ms, mode)
                     wait.settle()
-                    if blocking and wait.ride_out_until is None:
-                        # A waiter tries again within its blocking_timeout (a planned
-                        # failover: the old primary lost its replica first), for as long as
-                        # a failover is ridden out.
-                        wait.ride_out(tuning.failover_ride_out, deadline)
-                    if not blocking or time.monotonic() >= wait.ride_out_until:
+                    # A waiter tries again within its blocking_timeout (a planned failover:
+                    # the old primary lost its replica first), for as long as a failover is
+                    # ridden out.
+                    if not wait.riding_out(blocking, tuning.failover_ride_out, deadline):
                         return unreplicated
                     yield Pause(tuning.failover_pause)
                     continue
@@ -257,6 +254,13 @@ class _Waiting:
         self.interrupted = False
         until = time.monotonic() + seconds
         self.ride_out_until = until if deadline is None else min(until, deadline)
+
+    def riding_out(self, met: bool, seconds: float, deadline: float | None) -> bool:
+        """Whether a failover is being ridden out now; ``met``: this attempt met one (the
+        ride-out starts unless one runs already)."""
+        if met and self.ride_out_until is None:
+            self.ride_out(seconds, deadline)
+        return self.ride_out_until is not None and time.monotonic() < self.ride_out_until
 
     def left_behind(self) -> bool:
         """Whether leaving without the lock has something to undo or hand on."""
