@@ -469,20 +469,24 @@ async def _one_hold(client: _Client, api: _Api, take: _Take) -> None:
     holds = {name: client.recorder.next_hold() for name in take.names}
     common = {"mode": take.mode, "limit": take.limit, "blocking_timeout": blocking_timeout}
     start = time.monotonic()
-    try:
-        got = await api.acquire(take.lock, blocking_timeout)
-    except LockError as error:
+
+    def not_taken(outcome: Outcome, detail: str, extra: dict[str, Any]) -> None:
         for name in take.names:
             client.record(
                 "acquire",
                 name,
                 start,
-                "info",
+                outcome,
                 hold=holds[name],
-                detail=repr(error),
-                extra=take.extra,
+                detail=detail,
+                extra=extra,
                 **common,
             )
+
+    try:
+        got = await api.acquire(take.lock, blocking_timeout)
+    except LockError as error:
+        not_taken("info", repr(error), take.extra)
         if take.retire is not None:
             take.retire()
         await asyncio.sleep(ERROR_BACKOFF)
@@ -490,30 +494,11 @@ async def _one_hold(client: _Client, api: _Api, take: _Take) -> None:
     except _INTERRUPTIONS as error:
         if take.retire is not None:
             take.retire()
-        for name in take.names:
-            client.record(
-                "acquire",
-                name,
-                start,
-                "info",
-                hold=holds[name],
-                detail=f"interrupted: {error!r}",
-                extra={**take.extra, "interrupted": _how(api, error)},
-                **common,
-            )
+        interrupted = {**take.extra, "interrupted": _how(api, error)}
+        not_taken("info", f"interrupted: {error!r}", interrupted)
         raise
     if not got:
-        for name in take.names:
-            client.record(
-                "acquire",
-                name,
-                start,
-                "fail",
-                hold=holds[name],
-                detail="busy" if blocking_timeout == 0 else "timeout",
-                extra=take.extra,
-                **common,
-            )
+        not_taken("fail", "busy" if blocking_timeout == 0 else "timeout", take.extra)
         return
     granted = {**take.extra, "granted_until": _granted_until(take)}
     with client.guard:
