@@ -138,7 +138,7 @@ def engine_queries(
 ) -> dict[str, Callable[[], Any]]:
     """The same queries as :func:`django_queries`, as the ``LockQuery`` objects that
     ``HeldLock.objects`` builds for them, passed to the engine's ``Listing``."""
-    from django_distlock.engine.listing import Listing, LockQuery
+    from django_distlock.engine.listing.query import Listing, LockQuery
 
     listing = Listing(backend)
     one = names[len(names) // 2]

@@ -1,6 +1,6 @@
 """The shape of the package (docs/architecture.md): no import cycles, an engine that
-imports no Django and works without it, and no module grown past 400 lines (split by
-concern instead)."""
+imports no Django and works without it, the engine's rooms importing only downward, and
+no module an outlier in length (one concept per module)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "django_distlock"
-LONG_MODULE = 400
+OUTLIER = 900
 
 
 def module_name(path: Path) -> str:
@@ -148,8 +148,8 @@ def test_the_django_layer_uses_only_the_engines_public_names():
     offenders = {name: engine_internals_imported_by(name) for name in layer}
     assert {name: found for name, found in offenders.items() if found} == {}
     # The check sees what it looks for (a name imported from the engine is no module).
-    assert "django_distlock.engine.hold" in engine_internals_imported_by(
-        "django_distlock.engine.lock"
+    assert "django_distlock.engine.protocol.hold" in engine_internals_imported_by(
+        "django_distlock.engine.locks.lock"
     )
 
 
@@ -208,11 +208,68 @@ def test_the_engine_imports_where_django_is_not_installed():
     assert name == "LockError"
 
 
+# The engine's rooms, bottom to top (docs/architecture.md): a module imports only from its
+# own room or from the rooms below it. The leaves are modules of the engine's own folder.
+ENGINE = "django_distlock.engine"
+ROOMS = [
+    {"exceptions", "keys", "tuning", "process", "background", "templates"},
+    {"protocol"},
+    {"transport"},
+    {"listing"},
+    {"renewal"},
+    {"locks", "claims"},
+]
+
+
+def room_of(name: str) -> int:
+    """The place in :data:`ROOMS` of the engine module ``name`` (its first part below the
+    engine); the engine's own ``__init__``, its face, sits above every room."""
+    if name == ENGINE:
+        return len(ROOMS)
+    first = name[len(ENGINE) + 1 :].split(".")[0]
+    found = [level for level, room in enumerate(ROOMS) if first in room]
+    assert found, f"{name} is in no room of ROOMS: add it where it belongs"
+    return found[0]
+
+
+def upward_imports(modules: list[str]) -> list[str]:
+    """``module -> target`` for each import (type-only ones included) from a room to a
+    room above it."""
+    found = []
+    for name in modules:
+        for target in sorted(internal_edges(name, type_only=True)):
+            if target.startswith(ENGINE + ".") and room_of(target) > room_of(name):
+                found.append(f"{name} -> {target}")
+    return found
+
+
+def test_the_engine_rooms_import_only_downward():
+    engine = [name for name in MODULES if name == ENGINE or name.startswith(ENGINE + ".")]
+    assert {room_of(name) for name in engine} == set(range(len(ROOMS) + 1))
+    assert upward_imports(engine) == []
+
+
+def test_the_room_check_finds_an_upward_import():
+    path = PACKAGE / "engine" / "protocol" / "_probe_for_the_room_test.py"
+    path.write_text("from ..locks.lock import Lock\n")
+    name = f"{ENGINE}.protocol._probe_for_the_room_test"
+    try:
+        MODULES[name] = path
+        assert upward_imports([name]) == [f"{name} -> {ENGINE}.locks.lock"]
+    finally:
+        del MODULES[name]
+        path.unlink()
+
+
 @pytest.mark.parametrize("name", sorted(MODULES))
-def test_no_module_is_long(name):
+def test_no_module_is_an_outlier_in_length(name):
+    """One concept per module; the ceiling only flags an outlier (a module that grew two
+    concepts), it is no target to cut by."""
     path = MODULES[name]
     lines = path.read_text().count("\n")
-    assert lines <= LONG_MODULE, f"{path.relative_to(ROOT)} has {lines} lines: split it by concern"
+    assert lines <= OUTLIER, (
+        f"{path.relative_to(ROOT)} has {lines} lines: does it hold two concepts?"
+    )
 
 
 # -- redis-py's and asyncio's private names ---------------------------------------------

@@ -287,9 +287,9 @@ def test_the_installation_lists_every_extra() -> None:
     [
         "django_distlock.commands.durations",
         "django_distlock.engine",
-        "django_distlock.engine.backend",
+        "django_distlock.engine.transport.backend",
         "django_distlock.engine.keys",
-        "django_distlock.engine.records",
+        "django_distlock.engine.listing.records",
         "django_distlock.engine.templates",
         "django_distlock.commands.supervisor",
         "django_distlock.commands.terminal",

@@ -16,8 +16,8 @@ from django.utils import timezone
 
 from django_distlock import distlock
 from django_distlock.engine import Event
+from django_distlock.events import dropped as eventdropped
 from django_distlock.events import flush_events
-from django_distlock.events import losses as eventlosses
 from django_distlock.events import rows as eventrows
 from django_distlock.events import writer as eventwriter
 from django_distlock.models import LockEvent
@@ -234,7 +234,7 @@ def test_a_bad_row_loses_only_itself_in_async_mode(alias, bad, error, event_writ
 @pytest.mark.django_db(transaction=True, databases=["default", "pg"])
 @pytest.mark.parametrize(("alias", "bad", "error"), BAD_ROWS)
 def test_a_bad_row_is_logged_and_never_raised_in_sync_mode(alias, bad, error, caplog, monkeypatch):
-    monkeypatch.setattr(eventwriter, "_sync_losses", eventlosses.LossReport())
+    monkeypatch.setattr(eventwriter, "_sync_losses", eventdropped.LossReport())
     with (
         override_settings(DATABASE_ROUTERS=[EventsTo(alias)]),
         caplog.at_level(logging.WARNING, logger="django_distlock.events"),

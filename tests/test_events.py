@@ -18,7 +18,7 @@ from django.utils import timezone
 from django_distlock import LockLost, distlock
 from django_distlock.connections import get_backend
 from django_distlock.engine import Lock
-from django_distlock.engine.core import HOSTNAME
+from django_distlock.engine.protocol.steps import HOSTNAME
 from django_distlock.events import flush_events, prune_events, record_force_release
 from django_distlock.models import HeldLock, LockEvent
 from django_distlock.signals import lock_lost

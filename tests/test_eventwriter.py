@@ -21,8 +21,8 @@ from django.db.backends.signals import connection_created
 from django.utils import timezone
 
 from django_distlock import distlock
+from django_distlock.events import dropped as eventdropped
 from django_distlock.events import flush_events
-from django_distlock.events import losses as eventlosses
 from django_distlock.events import writer as eventwriter
 from django_distlock.models import LockEvent
 from tests.support import REPO_ROOT
@@ -191,7 +191,7 @@ def test_a_database_outage_loses_events_but_never_breaks_locks(
 def test_sync_mode_outage_is_logged_and_leaves_the_callers_transaction_usable(
     redis_client, missing_table, caplog, monkeypatch, django_user_model
 ):
-    monkeypatch.setattr(eventwriter, "_sync_losses", eventlosses.LossReport())
+    monkeypatch.setattr(eventwriter, "_sync_losses", eventdropped.LossReport())
     with (
         caplog.at_level(logging.WARNING, logger="django_distlock.events"),
         events_mode("sync"),
@@ -209,7 +209,7 @@ def test_sync_mode_outage_is_logged_and_leaves_the_callers_transaction_usable(
 
 
 def test_sync_mode_without_database_access_still_locks(redis_client, caplog, monkeypatch):
-    monkeypatch.setattr(eventwriter, "_sync_losses", eventlosses.LossReport())
+    monkeypatch.setattr(eventwriter, "_sync_losses", eventdropped.LossReport())
     with (
         caplog.at_level(logging.WARNING, logger="django_distlock.events"),
         events_mode("sync"),

@@ -15,7 +15,7 @@ from django.dispatch import Signal
 from django_distlock import LockLost, distlock
 from django_distlock import signals as distlock_signals
 from django_distlock.engine import Event, Lock
-from django_distlock.engine.core import HOSTNAME
+from django_distlock.engine.protocol.steps import HOSTNAME
 from django_distlock.events import flush_events, record_force_release
 from django_distlock.models import HeldLock, LockEvent
 from django_distlock.signals import (

@@ -9,10 +9,8 @@ Django: the Django layer (settings, views, commands, events, the admin) is built
 ...     print(lock.fence)
 """
 
-from .backend import Backend, Event, Observer
 from .background import BackgroundWorker
 from .claims import TaskClaims, current_holder
-from .eviction import SAFE_EVICTION_POLICY, unsafe_eviction_policy
 from .exceptions import (
     LockBackendError,
     LockBackendUnavailable,
@@ -22,13 +20,15 @@ from .exceptions import (
     LockNotOwned,
     LockNotReplicated,
 )
-from .forcing import force_release
-from .hold import LostCause
 from .keys import (
     AUTO_REPLICAS,
+    EXCLUSIVE,
+    LIMITED,
     MAX_CONTEXT_LENGTH,
     MAX_NAME_LENGTH,
     MAX_SECONDS,
+    MODES,
+    SHARED,
     LockKeys,
     clean_label,
     validate_name,
@@ -36,14 +36,17 @@ from .keys import (
     validate_replicas,
     validate_seconds,
 )
-from .listing import Listing, LockQuery, Page
-from .lock import Lock
-from .many import LockGroup
-from .modes import EXCLUSIVE, LIMITED, MODES, SHARED
+from .listing.query import Listing, LockQuery, Page
+from .listing.records import LockRecord
+from .locks.group import LockGroup
+from .locks.lock import Lock
 from .process import forget_after_fork
-from .recheck import check_holds_now
-from .records import LockRecord
+from .protocol.hold import LostCause
+from .renewal.forcing import force_release
+from .renewal.watchdog import check_holds_now
 from .templates import NameTemplate, TemplateError
+from .transport.backend import Backend, Event, Observer
+from .transport.eviction import SAFE_EVICTION_POLICY, unsafe_eviction_policy
 from .tuning import Tuning
 
 __all__ = [

@@ -34,15 +34,15 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .io import SyncDriver
 from .keys import LockKeys
-from .ops import Call
-from .records import LockRecord, decode, parse_lock_value
-from .scripts import NOW, Script
+from .listing.records import LockRecord, decode, parse_lock_value
+from .protocol.ops import Call
+from .protocol.scripts import NOW, Script
+from .transport.drivers import SyncDriver
 from .tuning import ms
 
 if TYPE_CHECKING:
-    from .backend import Backend
+    from .transport.backend import Backend
 
 __all__ = [
     "CLAIM",

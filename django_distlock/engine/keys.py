@@ -1,8 +1,6 @@
-"""Validation of user input and the Redis key layout of a lock.
-
-Everything here is pure: it runs before any network call, so bad input never reaches
-Redis.
-"""
+"""The names of things: the three modes a lock is held in, the validation of user input
+(names, contexts, durations, limits, replicas, prefixes) and the Redis key layout of a
+lock (:class:`LockKeys`)."""
 
 from __future__ import annotations
 
@@ -16,11 +14,15 @@ __all__ = [
     "AUTO_REPLICAS",
     "BUCKETS",
     "ENGINE_KINDS",
+    "EXCLUSIVE",
+    "LIMITED",
     "MAX_CONTEXT_LENGTH",
     "MAX_LIMIT",
     "MAX_NAME_LENGTH",
     "MAX_REPLICAS",
     "MAX_SECONDS",
+    "MODES",
+    "SHARED",
     "LockKeys",
     "bucket_of",
     "clean_label",
@@ -35,6 +37,16 @@ __all__ = [
     "validate_replicas",
     "validate_seconds",
 ]
+
+
+EXCLUSIVE = "exclusive"
+"""A hold nobody else may have at the same time (the default)."""
+SHARED = "shared"
+"""A shared (read) hold: any number at once, none together with an exclusive one."""
+LIMITED = "limited"
+"""One of at most ``limit`` holds at once."""
+MODES = (EXCLUSIVE, SHARED, LIMITED)
+
 
 MAX_NAME_LENGTH = 512
 MAX_REPLICAS = 64

@@ -23,7 +23,7 @@ in :mod:`django_distlock.events.rows`).
 
 Lost events (database errors, a full buffer) are logged at WARNING on the
 ``django_distlock.events`` logger with how many and why, never raised into the lock
-(:mod:`django_distlock.events.losses`); when the writer is still stuck at exit, the last
+(:mod:`django_distlock.events.dropped`); when the writer is still stuck at exit, the last
 WARNING counts every event the process lost.
 """
 
@@ -42,7 +42,7 @@ from django.utils import timezone
 
 from ..engine import BackgroundWorker, forget_after_fork
 from ..settings import get_config
-from .losses import LossReport, logger
+from .dropped import LossReport, logger
 from .rows import (
     Item,
     Written,

@@ -15,14 +15,8 @@ import pytest
 import redis
 import redis.asyncio
 
-from django_distlock.engine import (
-    Backend,
-    Event,
-    Lock,
-    LockError,
-    LockKeys,
-    clusters,
-)
+from django_distlock.engine import Backend, Event, Lock, LockError, LockKeys
+from django_distlock.engine.transport import routes as clusters
 from tests.support.engine import (
     async_client,
     await_until,

@@ -10,10 +10,22 @@ import time
 import pytest
 
 from django_distlock.engine import LockBackendError, LockBackendUnavailable, LockKeys, Tuning
-from django_distlock.engine.core import Acquired, NotAcquired, owner_metadata, release_steps
-from django_distlock.engine.lock_steps import acquire_steps
-from django_distlock.engine.ops import AwaitWakeUp, Call, CallEndingWait, Pause, StartWait, Wake
-from django_distlock.engine.scripts import ACQUIRE, PASS_ON, RELEASE
+from django_distlock.engine.protocol.ops import (
+    AwaitWakeUp,
+    Call,
+    CallEndingWait,
+    Pause,
+    StartWait,
+    Wake,
+)
+from django_distlock.engine.protocol.scripts import ACQUIRE, PASS_ON, RELEASE
+from django_distlock.engine.protocol.steps import (
+    Acquired,
+    NotAcquired,
+    acquire_steps,
+    owner_metadata,
+    release_steps,
+)
 
 KEYS = LockKeys.for_name("p:", "job")
 TOKEN = "0123456789abcdef" * 2

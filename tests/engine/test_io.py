@@ -13,11 +13,11 @@ import redis
 from redis.exceptions import AskError, ConnectionError, MovedError, ReadOnlyError, TryAgainError
 
 from django_distlock.engine import Backend, Lock, LockBackendError, LockBackendUnavailable, Tuning
-from django_distlock.engine.aio import AsyncDriver
-from django_distlock.engine.cancellation import completed
-from django_distlock.engine.io import SyncDriver
-from django_distlock.engine.ops import AwaitWakeUp, Call, Pause, StartWait
-from django_distlock.engine.requests import (
+from django_distlock.engine.protocol.ops import AwaitWakeUp, Call, Pause, StartWait
+from django_distlock.engine.protocol.scripts import TTL
+from django_distlock.engine.transport.cancellation import completed
+from django_distlock.engine.transport.drivers import AsyncDriver, SyncDriver
+from django_distlock.engine.transport.requests import (
     FAILOVER_BUDGET,
     FAILOVER_DELAY,
     MAX_REDIRECTS,
@@ -26,8 +26,7 @@ from django_distlock.engine.requests import (
     Routing,
     redirect_of,
 )
-from django_distlock.engine.scripts import TTL
-from django_distlock.engine.servers import AsyncServer
+from django_distlock.engine.transport.routes import AsyncServer
 from tests.support.engine import (
     async_client,
     await_until,

@@ -34,14 +34,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from django_distlock.engine import (
-    Backend,
-    Lock,
-    LockError,
-    LockGroup,
-    LockLost,
-    LockNotOwned,
-)
+from django_distlock.engine import Backend, Lock, LockError, LockGroup, LockLost, LockNotOwned
 from tests.support.engine import keys_of
 from tests.support.kind_workers import Topology, account_names
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from django_distlock.engine import Backend, Lock, force_release
-from django_distlock.engine.listing import Listing, LockQuery
+from django_distlock.engine.listing.query import Listing, LockQuery
 from tests.support.topologies import ClusterSetup
 
 PREFIX = "listing-test:"

@@ -12,7 +12,7 @@ import pytest
 from redis.asyncio.connection import AbstractConnection
 
 from django_distlock.engine import Backend, Lock
-from django_distlock.engine.servers import AsyncServer
+from django_distlock.engine.transport.routes import AsyncServer
 from tests.support.engine import (
     await_until,
     blocked_clients,

@@ -11,7 +11,7 @@ import pytest
 import redis
 
 from django_distlock.engine import AUTO_REPLICAS, Backend, Lock, LockNotReplicated, Tuning
-from django_distlock.engine.replication import ReplicaCounts, Replication, replication_of
+from django_distlock.engine.transport.replication import ReplicaCounts, Replication, replication_of
 from tests.support.engine import primaries_of
 from tests.support.topologies import ReplicatedSetup
 

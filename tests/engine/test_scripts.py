@@ -8,7 +8,7 @@ import re
 import pytest
 
 from django_distlock.engine import LockKeys
-from django_distlock.engine.scripts import (
+from django_distlock.engine.protocol.scripts import (
     ACQUIRE,
     EXTEND,
     HOLDER_ACQUIRE,

@@ -18,8 +18,8 @@ import redis
 import redis.asyncio
 
 from django_distlock.engine import Backend, Lock, LockLost, LockNotOwned
-from django_distlock.engine.scripts import EXTEND
-from django_distlock.engine.watchdog import _Lane
+from django_distlock.engine.protocol.scripts import EXTEND
+from django_distlock.engine.renewal.watchdog import _Lane
 from tests.support.engine import (
     HOST,
     Recorder,

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from django_distlock.engine import LockBackendUnavailable, LockGroup
-from django_distlock.engine.lock import Lock
+from django_distlock.engine.locks.lock import Lock
 from tests.support.engine import await_until, lock_key
 
 NAMES = ["account:1", "account:2", "account:3"]

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from django_distlock.engine import Lock, LockBackendUnavailable, LockGroup
-from django_distlock.engine.scripts import RELEASE
+from django_distlock.engine.protocol.scripts import RELEASE
 from tests.support.engine import await_until, keys_of, lock_key, sync_client
 from tests.support.proxy import sends_command
 

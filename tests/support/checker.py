@@ -89,7 +89,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from django_distlock.engine.requests import TRYAGAIN_BUDGET
+from django_distlock.engine.transport.requests import TRYAGAIN_BUDGET
 from tests.support.chaos.nemesis import Fault
 from tests.support.history import Operation
 from tests.support.linearizability import Verdict, check_register

@@ -12,10 +12,15 @@ from __future__ import annotations
 import contextlib
 import gc
 
-from django_distlock.engine import LockError, process, watchdog
-from django_distlock.engine.hold import Hold
-from django_distlock.engine.io import SyncDriver
-from django_distlock.engine.renewal import abandoned_reason, abandoned_release_call, settled
+from django_distlock.engine import LockError, process
+from django_distlock.engine.protocol.hold import Hold
+from django_distlock.engine.renewal import watchdog
+from django_distlock.engine.renewal.decisions import (
+    abandoned_reason,
+    abandoned_release_call,
+    settled,
+)
+from django_distlock.engine.transport.drivers import SyncDriver
 
 
 def _watched() -> list[Hold]:

@@ -19,7 +19,7 @@ from django.views import View
 
 from django_distlock.connections import get_backend
 from django_distlock.engine import LockBackendUnavailable, LockKeys
-from django_distlock.engine.listing import Listing
+from django_distlock.engine.listing.query import Listing
 from django_distlock.locks import distlock
 from django_distlock.views import LockViewMixin, lock_view
 

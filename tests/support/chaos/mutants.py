@@ -44,8 +44,8 @@ def _replaced(source: str, old: str, new: str) -> str:
 
 
 def _half_lease() -> None:
-    from django_distlock.engine import lock_steps
-    from django_distlock.engine.scripts import Script
+    from django_distlock.engine.protocol import steps as lock_steps
+    from django_distlock.engine.protocol.scripts import Script
 
     original = lock_steps.ACQUIRE
     # A lock held by another counts as free once its PTTL is below half the lease asked:
@@ -60,8 +60,8 @@ def _half_lease() -> None:
 
 
 def _release_any_token() -> None:
-    from django_distlock.engine import core
-    from django_distlock.engine.scripts import Script
+    from django_distlock.engine.protocol import steps as core
+    from django_distlock.engine.protocol.scripts import Script
 
     original = core.RELEASE
     source = _replaced(
@@ -79,9 +79,9 @@ return tonumber(ARGV[2])
 
 
 def _skipped_renewals() -> None:
-    from django_distlock.engine import renewal
-    from django_distlock.engine.ops import Call
-    from django_distlock.engine.scripts import Script
+    from django_distlock.engine.protocol.ops import Call
+    from django_distlock.engine.protocol.scripts import Script
+    from django_distlock.engine.renewal import decisions as renewal
 
     original = renewal.renewal_call
     skipped = Script("skipped_renewal", _SKIPPED)

@@ -62,14 +62,7 @@ from typing import Any
 
 from asgiref.sync import sync_to_async
 
-from django_distlock.engine import (
-    Backend,
-    Lock,
-    LockError,
-    LockGroup,
-    LockLost,
-    LockNotOwned,
-)
+from django_distlock.engine import Backend, Lock, LockError, LockGroup, LockLost, LockNotOwned
 from django_distlock.fencing import StaleFence
 from tests.support.chaos.mutants import apply as apply_mutant
 from tests.support.chaos.registers import Registers, configure

@@ -11,15 +11,12 @@ import weakref
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from . import process
-from .backend import Backend
-from .core import Acquired, owner_metadata
-from .exceptions import LockError, LockNotOwned
-from .hold import Hold
-from .keys import LockKeys
-from .losses import REPORTING, tell
-from .modes import SHARED
-from .ownership import owner_name
+from .. import process
+from ..exceptions import LockError, LockNotOwned
+from ..keys import SHARED, LockKeys
+from ..protocol.hold import REPORTING, Hold, owner_name, tell
+from ..protocol.steps import Acquired, owner_metadata
+from ..transport.backend import Backend
 
 __all__ = ["Holdings", "LockOptions"]
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from .modes import EXCLUSIVE, LIMITED, SHARED
+from ..keys import EXCLUSIVE, LIMITED, SHARED
 
 __all__ = [
     "LockRecord",

@@ -33,9 +33,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from .keys import AUTO_REPLICAS
-from .ops import Call
-from .tuning import Tuning
+from ..keys import AUTO_REPLICAS
+from ..protocol.ops import Call
+from ..tuning import Tuning
 
 __all__ = [
     "READ_REPLICAS",

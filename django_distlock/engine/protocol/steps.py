@@ -1,38 +1,201 @@
-"""The steps taking one lock (every kind), free of I/O: :func:`acquire_steps` yields
-what it needs done and the drivers (:mod:`.io`, :mod:`.aio`) carry it out. Several names at
-once are :mod:`.group_steps`; releasing and waking, which both follow, are :mod:`.core`."""
+"""The protocol's steps, free of I/O: each operation is a generator that yields what it
+needs done (:mod:`.ops`) and the drivers (:mod:`..transport.drivers`) carry it out.
+
+What the steps share (their outcomes, the script calls on one hold, releasing and waking
+a fair waiter, who a hold is stored as), then :func:`acquire_steps` (one lock, every
+kind: the attempt, the fair queue, the wait and its clean-up) and
+:func:`acquire_many_steps` (several names at once, all or none, on the same wait and
+hand-on rules)."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import math
+import os
+import random
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
-from .core import (
-    Acquired,
-    NotAcquired,
-    NotReplicated,
-    holder_member,
-    release_steps,
-    stored_mode,
-    wake_steps,
-    wake_time,
-)
-from .exceptions import LockBackendUnavailable, LockError
-from .hold import Hold
-from .keys import LockKeys
-from .modes import EXCLUSIVE, LIMITED, SHARED
+from ..exceptions import LockBackendUnavailable, LockError
+from ..keys import EXCLUSIVE, LIMITED, SHARED, LockKeys, clean_label
+from ..tuning import Tuning, ms
+from .hold import HOSTNAME, Hold
 from .ops import AwaitWakeUp, Call, CallEndingWait, Op, Pause, Replicated, StartWait, Wake
-from .replies import reply_tag, taken_reply
-from .requests import interrupted
-from .scripts import ACQUIRE, HOLDER_ACQUIRE, PASS_ON, Script
-from .tuning import Tuning, ms
+from .replies import interrupted, released_reply, reply_tag, taken_reply, unexpected
+from .scripts import (
+    ACQUIRE,
+    EXTEND,
+    HOLDER_ACQUIRE,
+    HOLDER_EXTEND,
+    HOLDER_RELEASE,
+    HOLDER_TTL,
+    MANY_ACQUIRE,
+    PASS_ON,
+    RELEASE,
+    TTL,
+    WAKE,
+    Script,
+)
 
-__all__ = ["AcquireArgs", "acquire_steps", "after_release_of"]
+__all__ = [
+    "AcquireArgs",
+    "Acquired",
+    "AcquiredMany",
+    "GroupRequest",
+    "NotAcquired",
+    "NotReplicated",
+    "acquire_many_steps",
+    "acquire_steps",
+    "after_release_of",
+    "extend_call",
+    "holder_member",
+    "new_token",
+    "owner_metadata",
+    "release_call",
+    "release_steps",
+    "stored_mode",
+    "ttl_call",
+    "wake_steps",
+    "wake_time",
+]
+
+
+@dataclass(slots=True)
+class Acquired:
+    """The lock was taken: its fence, the server time it was taken at, and the local
+    monotonic time the successful request was sent (the lease counts from there)."""
+
+    fence: int
+    acquired_at_us: int
+    sent_at: float
+
+
+@dataclass(slots=True)
+class AcquiredMany:
+    """Several locks were taken at once: their fences (in the order of the keys given),
+    the server time they were taken at, and when the successful request was sent."""
+
+    fences: list[int]
+    acquired_at_us: int
+    sent_at: float
+
+
+@dataclass(slots=True)
+class NotReplicated:
+    """The lock was taken, then given back: only ``acknowledged`` of ``required``
+    replicas confirmed it in time."""
+
+    acknowledged: int
+    required: int
+    timeout_ms: int
+
+
+@dataclass(slots=True)
+class NotAcquired:
+    """The lock was not taken; ``retry_after`` is the holder's remaining lease in
+    seconds (``None`` when unknown)."""
+
+    retry_after: float | None
+
+
+def stored_mode(mode: str, limit: int) -> str:
+    """How the scripts store the mode of a lock held by several holders (its holders'
+    ``#kind`` field): ``"shared"``, ``"limited N"``."""
+    return SHARED if mode == SHARED else f"{LIMITED} {limit}"
+
+
+def holder_member(name: str, token: str) -> str:
+    """A shared or limited hold's entry in its bucket's index: ``name NUL token`` (names
+    never hold NUL)."""
+    return f"{name}\x00{token}"
+
+
+def extend_call(hold: Hold, seconds: float, mode: str) -> Call:
+    """The script call that changes ``hold``'s lease: ``mode`` ``"add"`` adds ``seconds``,
+    ``"set"`` sets it to ``seconds``, ``"renew"`` raises it to at least ``seconds``."""
+    keys = hold.keys
+    if hold.mode != EXCLUSIVE:
+        member = holder_member(hold.name, hold.token)
+        return Call(
+            HOLDER_EXTEND,
+            (keys.lock, keys.holder_index, keys.holders),
+            (hold.token, ms(seconds), member, mode),
+        )
+    return Call(EXTEND, (keys.lock, keys.index), (hold.token, ms(seconds), hold.name, mode))
+
+
+def release_call(keys: LockKeys, token: str, liveness_ms: int, mode: str = EXCLUSIVE) -> Call:
+    """The script call that releases the lock of ``keys`` if it still holds ``token``
+    (held as ``mode``)."""
+    if mode != EXCLUSIVE:
+        member = holder_member(keys.name, token)
+        return Call(HOLDER_RELEASE, keys.of_holders(), (token, member, liveness_ms))
+    # KEYS[1..8]: a release never reads the holders or the waiting writers.
+    return Call(RELEASE, keys.all()[:8], (token, keys.name, liveness_ms))
+
+
+def release_steps(
+    keys: LockKeys, token: str, liveness_ms: int, mode: str = EXCLUSIVE
+) -> Generator[Op, Any, bool]:
+    """Steps to release the lock of ``keys`` held with ``token`` (as ``mode``): ``True``
+    when it was held and is released (a fair waiter whose turn it now is gets woken)."""
+    released, head = released_reply(keys.name, (yield release_call(keys, token, liveness_ms, mode)))
+    if head:
+        yield from wake_steps(keys, head, liveness_ms)
+    return released
+
+
+def wake_steps(keys: LockKeys, head: Any, liveness_ms: int) -> Generator[Op, Any, None]:
+    """Wake fair waiter ``head`` (a script's answer: ``b""`` when there is none). Its list
+    is not among the lock's keys, so it is pushed to here; losing this push only makes
+    the waiter notice at its next re-check."""
+    if head:
+        waiter = head.decode() if isinstance(head, bytes) else str(head)
+        with contextlib.suppress(LockError):
+            yield Call(WAKE, (keys.wake(waiter),), (liveness_ms,))
+
+
+def wake_time(sent_at: float, wait_ms: int, remaining: float, tuning: Tuning) -> float:
+    """When a waiter told ``busy`` re-checks at the latest (monotonic): once the obstacle's
+    ``wait_ms`` is over (``-1``: unknown), within ``tuning.wait_cap`` and the ``remaining``
+    seconds before its deadline."""
+    # The PTTL counts from when the script ran, so the timer counts from when it was
+    # sent; +1 ms because Redis keeps a key until its PTTL is strictly past.
+    timer = tuning.wait_cap if wait_ms < 0 else (wait_ms + 1) / 1000
+    return sent_at + min(timer, tuning.wait_cap, max(remaining, 0.0))
+
+
+def ttl_call(hold: Hold) -> Call:
+    """The script call that reads ``hold``'s remaining lease (``-2``: not held)."""
+    return Call(HOLDER_TTL if hold.mode != EXCLUSIVE else TTL, (hold.keys.lock,), (hold.token,))
+
+
+def owner_metadata(*, thread: str, context: str, auto_renew: bool) -> str:
+    """The JSON stored with the lock so that operators can tell who holds it."""
+    return json.dumps(
+        {
+            "host": HOSTNAME,
+            "pid": os.getpid(),
+            "thread": clean_label(thread),
+            "context": context,
+            "auto_renew": auto_renew,
+        },
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
+
+
+def new_token() -> str:
+    """A 128-bit random token naming one acquisition.
+
+    Tokens must be unique, not secret (whoever can read Redis can read them), so the
+    fast PRNG is enough; ``random`` reseeds itself in forked children.
+    """
+    return f"{random.getrandbits(128):032x}"
 
 
 def acquire_steps(
@@ -363,3 +526,171 @@ def after_release_of(stale: Hold, steps: Any) -> Any:
             stale.keys, stale.token, stale.backend.tuning.waiter_liveness_ms, stale.mode
         )
     return (yield from steps)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRequest:
+    """What each group of one acquire is taken with: one token and lease for every name,
+    the owner stored with them, and whether (until when) to wait."""
+
+    token: str
+    lease: float
+    owner: str
+    blocking: bool
+    deadline: float | None
+    """Monotonic time to stop waiting at, ``None`` to wait forever."""
+    tuning: Tuning
+
+
+def acquire_many_steps(
+    groups: list[list[LockKeys]], request: GroupRequest
+) -> Generator[Op, Any, AcquiredMany | NotAcquired]:
+    """Steps to take the exclusive locks of ``groups`` with one token, all or none.
+
+    Each group is taken by one script, atomically (a single server: one group; a
+    cluster: a group per bucket, the keys of one script sharing a slot). Groups are
+    taken in the order given, which every caller makes the same global order, and a
+    group that stays busy past the deadline gives back the groups taken before it: no
+    two callers can each hold what the other waits for, so nobody deadlocks. While a
+    group is busy the caller holds none of *its* locks and waits, notified, for the one
+    that was busy.
+    """
+    token, lease, tuning = request.token, request.lease, request.tuning
+    taken: list[list[LockKeys]] = []
+    fences: list[int] = []
+    acquired_at_us = 0
+    sent_at = 0.0
+    current: list[LockKeys] | None = None
+    try:
+        for group in groups:
+            current = group
+            outcome = yield from _acquire_group(group, request)
+            current = None
+            if type(outcome) is NotAcquired:
+                yield from _release_groups(taken, token, tuning)
+                taken = []
+                return outcome
+            taken.append(group)
+            group_fences, group_at, group_sent = outcome
+            fences.extend(group_fences)
+            acquired_at_us = acquired_at_us or group_at
+            sent_at = sent_at or group_sent
+        if time.monotonic() - sent_at >= lease:
+            # Taken, but the lease was over by the time the answer came: give it back.
+            yield from _release_groups(taken, token, tuning)
+            taken = []
+            return NotAcquired(None)
+        return AcquiredMany(fences, acquired_at_us, sent_at)
+    except BaseException:
+        # Only our own token is deleted, so this is safe for a group never taken.
+        with contextlib.suppress(LockError):
+            yield from _release_groups([*taken, *([current] if current else [])], token, tuning)
+        raise
+
+
+def _release_groups(
+    groups: list[list[LockKeys]], token: str, tuning: Tuning
+) -> Generator[Op, Any, None]:
+    for group in reversed(groups):
+        for keys in group:
+            yield from release_steps(keys, token, tuning.waiter_liveness_ms)
+
+
+def _acquire_group(
+    group: list[LockKeys], request: GroupRequest
+) -> Generator[Op, Any, tuple[list[int], int, float] | NotAcquired]:
+    """Steps to take one group (one script); see :func:`acquire_many_steps`."""
+    token, blocking, deadline, tuning = (
+        request.token,
+        request.blocking,
+        request.deadline,
+        request.tuning,
+    )
+    waiter = token[:16] if blocking else ""
+    liveness_ms = tuning.waiter_liveness_ms
+    lock_keys = tuple(
+        key
+        for keys in group
+        for key in (keys.lock, keys.fence, keys.waiters, keys.index, keys.writers)
+    )
+    names = tuple(keys.name for keys in group)
+    base = (
+        token,
+        ms(request.lease),
+        request.owner,
+        tuning.fence_memory_ms,
+        liveness_ms if waiter else "",
+    )
+    waited_on: LockKeys | None = None  # whose BLPOP is outstanding
+    consumed_from: LockKeys | None = None  # a wake-up we consumed and did not use
+    writer_of: list[LockKeys] = []  # locks held shared whose writers we wait among
+    timer_fired = False
+    try:
+        while True:
+            sent_at = time.monotonic()
+            if waited_on is not None and timer_fired:
+                call = Call(
+                    MANY_ACQUIRE,
+                    (*lock_keys, waited_on.wake(waiter)),
+                    (*base, "1", waiter, *names),
+                )
+                reply, woken = yield CallEndingWait(call)
+                if woken:
+                    consumed_from = waited_on
+                waited_on = None
+            else:
+                reply = yield Call(
+                    MANY_ACQUIRE, (*lock_keys, group[0].lock), (*base, "", waiter, *names)
+                )
+            tag = reply_tag(reply)
+            if tag == "taken":
+                consumed_from = None
+                writer_of = []  # the script took us off every lock's writers
+                return [int(fence) for fence in reply[2:]], int(reply[1]), sent_at
+            if tag != "busy":
+                raise unexpected(group[0].name, "an acquire", reply)
+            wait_ms = int(reply[1])
+            busy = group[int(reply[2]) - 1]
+            if reply[3] in (b"1", "1") and busy not in writer_of:
+                writer_of.append(busy)
+            remaining = math.inf if deadline is None else deadline - time.monotonic()
+            if not blocking or remaining <= 0:
+                return NotAcquired(wait_ms / 1000 if wait_ms >= 0 else None)
+            if timer_fired and consumed_from is not None:
+                timer_fired = False  # woken as the timer fired: try again at once
+                consumed_from = None
+                continue
+            yield StartWait((busy.wake(waiter), busy.signal))
+            waited_on = busy
+            wake_at = wake_time(sent_at, wait_ms, remaining, tuning)
+            woke = yield AwaitWakeUp(max(0.0, wake_at - time.monotonic()))
+            timer_fired = woke is Wake.TIMER
+            if woke is not Wake.TIMER:
+                waited_on = None  # the wait is over (INTERRUPTED: try again at once)
+            if woke is Wake.WOKEN:
+                consumed_from = busy
+    finally:
+        # Leaving without the group: end the wait, leave the writers we joined, and hand
+        # on a wake-up we consumed.
+        try:
+            if waited_on is not None:
+                keys, waited_on = waited_on, None
+                writer_id = waiter if keys in writer_of else ""
+                reply, woken = yield CallEndingWait(
+                    Call(PASS_ON, keys.all(waiter), ("", liveness_ms, "0", "1", writer_id))
+                )
+                if writer_id:
+                    writer_of.remove(keys)
+                    yield from wake_steps(keys, reply[1], liveness_ms)
+                if woken:
+                    consumed_from = keys
+            while writer_of:
+                keys = writer_of.pop()
+                reply = yield Call(PASS_ON, keys.all(), ("", liveness_ms, "0", "", waiter))
+                yield from wake_steps(keys, reply[1], liveness_ms)
+            if consumed_from is not None:
+                keys, consumed_from = consumed_from, None
+                reply = yield Call(PASS_ON, keys.all(), ("", liveness_ms, "1", "", ""))
+                yield from wake_steps(keys, reply[1], liveness_ms)
+        except LockError:
+            pass

@@ -10,8 +10,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from . import process
-from .background import BackgroundWorker
+from .. import process
+from ..background import BackgroundWorker
 
 __all__ = ["Notifier", "notifier"]
 

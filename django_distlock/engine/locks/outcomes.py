@@ -8,11 +8,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from .core import NotReplicated
-from .exceptions import LockError, LockLost, LockNotAcquired, LockNotReplicated
-from .hold import Hold, LostCause
-from .losses import tell, tell_attempt
-from .replies import replication_report
+from ..exceptions import LockError, LockLost, LockNotAcquired, LockNotReplicated
+from ..protocol.hold import Hold, LostCause, tell, tell_attempt
+from ..protocol.replies import replication_report
+from ..protocol.steps import NotReplicated
 
 __all__ = [
     "LeavingWith",

@@ -14,9 +14,9 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from .backend import Backend
-from .io import SyncDriver
-from .keys import LockKeys, bucket_of, index_key, lock_key
+from ..keys import LockKeys, bucket_of, index_key, lock_key
+from ..transport.backend import Backend
+from ..transport.drivers import SyncDriver
 from .records import LockRecord, decode, parse_kind, parse_lock_value, score_ms
 
 __all__ = ["MGET_CHUNK", "Raw", "Snapshot", "add_holds", "answered"]

@@ -24,16 +24,15 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-from . import process
-from .backend import Backend
-from .core import release_steps
-from .exceptions import LockError
-from .hold import Hold, LostCause
-from .io import SyncDriver
-from .keys import LockKeys, validate_name
-from .modes import EXCLUSIVE, LIMITED, SHARED
+from .. import process
+from ..exceptions import LockError
+from ..keys import EXCLUSIVE, LIMITED, SHARED, LockKeys, validate_name
+from ..protocol.hold import Hold, LostCause
+from ..protocol.steps import release_steps
+from ..transport.backend import Backend
+from ..transport.drivers import SyncDriver
+from .decisions import mark_lost, settled, tell_holder
 from .notifier import notifier
-from .renewal import mark_lost, settled, tell_holder
 
 __all__ = [
     "FORCED_CHANNEL",

@@ -33,8 +33,9 @@ from redis.exceptions import (
 )
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from .exceptions import LockBackendError, LockBackendUnavailable, LockError
-from .ops import Call, Replicated
+from ..exceptions import LockBackendError, LockBackendUnavailable, LockError
+from ..protocol.ops import Call, Replicated
+from ..protocol.replies import demoted
 
 __all__ = [
     "BACKEND_ERRORS",
@@ -52,10 +53,8 @@ __all__ = [
     "asking_after",
     "by_server",
     "commands_for",
-    "demoted",
     "exchange",
     "failure",
-    "interrupted",
     "redirect_of",
     "unavailable",
     "woken_by",
@@ -325,24 +324,6 @@ def woken_by(answer: Any) -> bool:
     """True for a BLPOP answer that is a wake-up (not an end-of-wait mark, not the
     server's own timeout)."""
     return isinstance(answer, list | tuple) and answer[1] not in (b"c", "c")
-
-
-def demoted(error: BaseException) -> bool:
-    """True for a request refused by a primary that a failover made a replica, on a
-    connection that asks the Sentinels where the primary is when it connects again:
-    redis-py's Sentinel connections answer ``READONLY`` by disconnecting and raising
-    ``ConnectionError`` ("The previous master is now a slave") from the
-    ``ReadOnlyError``. The request did not run (a replica refuses every write, a script's
-    first one included), so it may be sent again."""
-    return isinstance(error, ConnectionError) and isinstance(error.__context__, ReadOnlyError)
-
-
-def interrupted(error: BaseException) -> bool:
-    """True for a blocked command ended by the server changing role (``UNBLOCKED``: a
-    planned failover demoting the primary), or refused because it did (:func:`demoted`)."""
-    if demoted(error):
-        return True
-    return isinstance(error, ResponseError) and str(error).startswith("UNBLOCKED")
 
 
 def by_server(routes: Any, calls: list[Call]) -> dict[Any, list[int]]:

@@ -19,22 +19,26 @@ import functools
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from typing import Any
+from types import TracebackType
+from typing import Any, Self
 
-from .aio import AsyncDriver
+from ..exceptions import LockError, LockNotAcquired, LockNotOwned
+from ..keys import LockKeys
+from ..protocol.hold import Hold, current_task_or_thread, running_task
+from ..protocol.steps import (
+    Acquired,
+    AcquiredMany,
+    GroupRequest,
+    NotAcquired,
+    acquire_many_steps,
+    new_token,
+)
+from ..renewal.watchdog import loop_watchdog, thread_watchdog
+from ..transport.backend import Backend
+from ..transport.drivers import AsyncDriver, SyncDriver
 from .arguments import UNSET, BackendSource, waiting_options
-from .backend import Backend
-from .contexts import ExcInfo, LockContext
-from .core import Acquired, AcquiredMany, NotAcquired, new_token
-from .exceptions import LockError, LockNotAcquired, LockNotOwned
-from .group_steps import GroupRequest, acquire_many_steps
-from .hold import Hold
-from .io import SyncDriver
-from .keys import LockKeys
 from .lock import Lock
 from .outcomes import contended
-from .ownership import current_task_or_thread, running_task
-from .watchdog import loop_watchdog, thread_watchdog
 
 __all__ = ["LockGroup"]
 
@@ -42,7 +46,7 @@ MAX_NAMES = 1000
 """The most names one :class:`LockGroup` may take (one script's keys stay bounded)."""
 
 
-class LockGroup(LockContext):
+class LockGroup:
     """Exclusive locks on several names, taken all or none (``distlock_many``).
 
     >>> with LockGroup(["account:1", "account:2"], backend=backend) as group:  # doctest: +SKIP
@@ -242,12 +246,36 @@ class LockGroup(LockContext):
 
     # -- with -----------------------------------------------------------------------------
 
-    def _leave(self, exc_info: ExcInfo) -> None:
-        _each(functools.partial(lock.__exit__, *exc_info) for lock in reversed(self.locks.values()))
+    def __enter__(self) -> Self:
+        if not self.acquire():
+            raise self._not_acquired()
+        return self
 
-    async def _aleave(self, exc_info: ExcInfo) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        _each(
+            functools.partial(lock.__exit__, exc_type, exc, tb)
+            for lock in reversed(self.locks.values())
+        )
+
+    async def __aenter__(self) -> Self:
+        if not await self.aacquire():
+            raise self._not_acquired()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         await _aeach(
-            functools.partial(lock.__aexit__, *exc_info) for lock in reversed(self.locks.values())
+            functools.partial(lock.__aexit__, exc_type, exc, tb)
+            for lock in reversed(self.locks.values())
         )
 
     def _not_acquired(self) -> LockNotAcquired:

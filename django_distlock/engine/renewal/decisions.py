@@ -13,13 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .backend import Event
-from .core import extend_call, release_call
-from .exceptions import LockError
-from .hold import Hold, LostCause
-from .losses import hold_event, report_loss
-from .ops import Call
-from .scripts import WAKE
+from ..exceptions import LockError
+from ..protocol.hold import Hold, LostCause, hold_event, report_loss
+from ..protocol.ops import Call
+from ..protocol.scripts import WAKE
+from ..protocol.steps import extend_call, release_call
+from ..transport.backend import Event
 
 __all__ = [
     "GIVE_BACK",

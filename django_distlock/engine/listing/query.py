@@ -37,20 +37,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .backend import Backend
-from .eviction import unsafe_eviction_policy
-from .exceptions import LockError
-from .io import SyncDriver
-from .keys import (
-    BUCKETS,
-    bucket_of,
-    holder_index_keys,
-    index_keys,
-)
-from .ops import Call
+from ..exceptions import LockError
+from ..keys import BUCKETS, bucket_of, holder_index_keys, index_keys
+from ..protocol.ops import Call
+from ..protocol.scripts import LIST_BUCKETS, LIST_INDEX
+from ..transport.backend import Backend
+from ..transport.drivers import SyncDriver
+from ..transport.eviction import unsafe_eviction_policy
+from ..transport.requests import BACKEND_ERRORS
 from .records import LockRecord, lock_value_acquired_at_us
-from .requests import BACKEND_ERRORS
-from .scripts import LIST_BUCKETS, LIST_INDEX
 from .snapshot import MGET_CHUNK, Raw, Snapshot, add_holds, answered
 
 __all__ = ["EVERY_LOCK", "LOOKUPS", "MGET_CHUNK", "ORDER_FIELDS", "Listing", "LockQuery", "Page"]

@@ -1,6 +1,7 @@
-"""Counting lost lock events and logging them, rate-limited, from whichever thread loses
-them: the async writer's thread (database errors), the code recording an event (a full
-buffer: the writer thread may be the one stuck), the caller of a ``"sync"`` write.
+"""Lock events the recording dropped, counted and logged, rate-limited, from whichever
+thread drops them: the async writer's thread (database errors), the code recording an
+event (a full buffer: the writer thread may be the one stuck), the caller of a ``"sync"``
+write.
 
 Every loss is logged at WARNING on the ``django_distlock.events`` logger, with how many
 and why, and never raised into the lock.

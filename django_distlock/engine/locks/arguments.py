@@ -7,9 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .backend import Backend
-from .keys import validate_seconds
-from .modes import EXCLUSIVE, LIMITED, SHARED
+from ..keys import EXCLUSIVE, LIMITED, SHARED, validate_seconds
+from ..transport.backend import Backend
 
 __all__ = [
     "UNSET",

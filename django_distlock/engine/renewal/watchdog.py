@@ -1,26 +1,8 @@
-"""Lease renewal: a scheduler thread per process for sync holders, timers on the event
-loop for async ones. Both renew at a third of the lease and share the decision logic.
-
-What the renewal path promises:
-
-- Renewals of locks on different servers never wait for each other: each server has
-  a lane (a thread) of its own, and the holds due together on one server are renewed
-  in one pipelined round trip. An event loop renews its holds the same way: the holds
-  due at one tick go in one task, one pipelined round trip per server, on the loop's
-  pooled connections, however many locks it holds.
-- Each attempt has a short deadline (``Tuning.renewal_attempt``, less when the lease
-  ends sooner); an attempt without an answer closes its connection and is retried on a
-  fresh one while the lease lasts.
-- A holder is told of a loss no later than its lease end: the scheduler checks every
-  lease end by itself, whatever the lanes are doing.
-- Telling the holder (``on_lost``, the ``lost`` event, signals, event recording) never
-  runs on the renewal path: every holder, sync or async, is told from a notifier thread,
-  so that a slow callback blocks neither a renewal thread nor an event loop (an async
-  ``on_lost`` runs on its hold's loop). The ``renewed``/``renew_failed`` events go to
-  the observer from the same thread.
-- A hold whose owner (thread or task) ended, or whose lock object was dropped, without
-  releasing is not renewed: it is released, logged at WARNING and reported lost.
-"""
+"""Lease renewal at work: a scheduler thread per process for sync holders (with a lane
+per backend), timers on the event loop for async ones; both renew at a third of the lease
+on the decisions of :mod:`.decisions`. The holds they watch, and :func:`check_holds_now`
+(a lock's holds checked at once rather than at their next renewal: a test that takes a
+lock away wants its holder told at once)."""
 
 from __future__ import annotations
 
@@ -38,13 +20,12 @@ import weakref
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from . import forcing, process
-from .aio import AsyncDriver
-from .exceptions import LockError
-from .hold import Hold
-from .io import SyncDriver
-from .notifier import notifier
-from .renewal import (
+from .. import process
+from ..exceptions import LockError
+from ..protocol.hold import Hold
+from ..transport.drivers import AsyncDriver, SyncDriver
+from . import forcing
+from .decisions import (
     Submit,
     after_renewals,
     end_lease,
@@ -54,15 +35,18 @@ from .renewal import (
     plan_renewals,
     settled,
 )
+from .notifier import notifier
 
 __all__ = [
     "LoopWatchdog",
     "ThreadWatchdog",
+    "check_holds_now",
     "loop_watchdog",
     "renew_now",
     "thread_watchdog",
     "watched_holds",
 ]
+
 
 logger = logging.getLogger("django_distlock")
 
@@ -384,3 +368,30 @@ def _forget_after_fork() -> None:
 
 
 process.forget_after_fork(_forget_after_fork)
+
+
+def check_holds_now(name: str, *, prefix: str | None = None, timeout: float = 5.0) -> int:
+    """Renew at once, from this thread, every auto-renewed hold this process has of lock
+    ``name`` (under key ``prefix``, or any), instead of at its next renewal; return once
+    the holders found to have lost it were told (``lock.lost``, ``on_lost``, the ``lost``
+    event; an async ``on_lost`` is started on its hold's loop), or ``timeout`` seconds
+    passed. Returns how many holds were checked.
+
+    A hold renewed here keeps its own renewal schedule. Holds without ``auto_renew`` are
+    not watched, so not checked: their holders find out when they next use the lock.
+
+    >>> check_holds_now("invoice:42", prefix="distlock:")  # doctest: +SKIP
+    1
+    """
+    generation = process.generation()
+    by_backend: dict[Any, dict[Hold, None]] = {}
+    for hold in watched_holds():
+        if hold.name != name or (prefix is not None and hold.backend.prefix != prefix):
+            continue
+        if not settled(hold) and not hold.giving_back and hold.generation == generation:
+            by_backend.setdefault(hold.backend, {})[hold] = None
+    for holds in by_backend.values():
+        # A hold kept is renewed again when its own renewal comes: nothing to schedule.
+        renew_now(list(holds), notifier().submit, lambda hold, due: None, timeout)
+    notifier().wait_for_reports(timeout)
+    return sum(len(holds) for holds in by_backend.values())

@@ -6,7 +6,6 @@ import logging
 import time
 import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -14,62 +13,28 @@ import redis.asyncio
 import redis.asyncio.cluster
 import redis.cluster
 
-from . import process
-from .clusters import (
+from .. import process
+from ..exceptions import LockError
+from ..keys import validate_prefix, validate_replicas, validate_seconds
+from ..protocol.hold import Event, Observer
+from ..tuning import Tuning
+from .replication import ReplicaCounts
+from .routes import (
+    AsyncRoutes,
     ClusterRoutes,
+    LoopRoutes,
+    Routes,
+    Server,
     async_cluster_from,
     async_cluster_from_urls,
     async_routes_for,
     cluster_from_urls,
 )
-from .exceptions import LockError
-from .keys import validate_prefix, validate_replicas, validate_seconds
-from .loop_routes import LoopRoutes
-from .modes import EXCLUSIVE
-from .replication import ReplicaCounts
-from .servers import AsyncRoutes, Routes, Server
-from .tuning import Tuning
 
-__all__ = ["Backend", "Event", "Observer"]
+__all__ = ["Backend"]
 
 logger = logging.getLogger("django_distlock")
 
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    """Something that happened to a lock, as told to a backend's observer.
-
-    ``kind``: ``acquired released extended contended lost not_replicated`` (what a
-    holder or an operator is told), or, for metrics, ``error`` (an acquire raised),
-    ``release_failed``, ``renewed`` and ``renew_failed``. ``waited``/``held`` are
-    seconds (``None`` where they do not apply), ``at`` epoch seconds. ``template``: the
-    name template the name was filled from (``""`` for a name given as is). ``cause``:
-    ``busy``/``timeout`` for ``contended``; ``gone``/``expired``/``abandoned``/``forced``
-    for ``lost`` (:class:`~.hold.LostCause`); ``error``/``gone`` for ``renew_failed``;
-    the exception's class name for ``error`` and ``release_failed``. ``mode``:
-    ``"exclusive"``, ``"shared"`` or ``"limited"`` (``limit``: N, else ``None``).
-    Taking a re-entrant lock again, and releasing it but the last time, are no events.
-    """
-
-    kind: str
-    name: str
-    fence: int | None
-    context: str
-    host: str
-    pid: int
-    thread: str
-    waited: float | None = None
-    held: float | None = None
-    retry_after: float | None = None
-    reason: str = ""
-    at: float = 0.0
-    template: str = ""
-    cause: str = ""
-    mode: str = EXCLUSIVE
-    limit: int | None = None
-
-
-Observer = Callable[[Event], None]
 
 AsyncClientSource = (
     redis.asyncio.Redis
