@@ -1,6 +1,6 @@
 """``HeldLock.objects``: the locks held right now, read live from Redis.
 
-A Django face over the engine's :class:`~django_distlock.engine.listing.Listing`:
+A Django face over the engine's :class:`~django_distlock.engine.Listing`:
 nothing here touches the database or Redis itself. A :class:`HeldLockQuerySet` looks
 like a Django queryset (lazy, chainable, sliceable) and is evaluated by the listing::
 

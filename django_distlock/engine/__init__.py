@@ -36,16 +36,14 @@ from .keys import (
     validate_replicas,
     validate_seconds,
 )
-from .listing.query import Listing, LockQuery, Page
+from .listing.query import Listing, LockQuery, Page, force_release
 from .listing.records import LockRecord
-from .locks.group import LockGroup
-from .locks.lock import Lock
+from .locks.lock import Lock, LockGroup
 from .process import forget_after_fork
-from .protocol.hold import LostCause
-from .renewal.forcing import force_release
+from .protocol.hold import Event, LostCause, Observer
 from .renewal.watchdog import check_holds_now
 from .templates import NameTemplate, TemplateError
-from .transport.backend import Backend, Event, Observer
+from .transport.backend import Backend
 from .transport.eviction import SAFE_EVICTION_POLICY, unsafe_eviction_policy
 from .tuning import Tuning
 

@@ -15,6 +15,7 @@ __all__ = [
     "BUCKETS",
     "ENGINE_KINDS",
     "EXCLUSIVE",
+    "FORCED_CHANNEL",
     "LIMITED",
     "MAX_CONTEXT_LENGTH",
     "MAX_LIMIT",
@@ -53,7 +54,7 @@ MAX_REPLICAS = 64
 """The most replicas a lock may wait for (``min_replicas``)."""
 AUTO_REPLICAS = "auto"
 """``min_replicas`` that waits for one replica where the lock's primary has one, and for
-none where it has none (:mod:`.replication`)."""
+none where it has none (:mod:`.transport.replication`)."""
 MAX_CONTEXT_LENGTH = 255
 """Characters of a context label and of an owner's host and thread (the size of their
 ``LockEvent`` columns)."""
@@ -63,6 +64,10 @@ MAX_CONTEXT_LENGTH = 255
 # and far below the overflow of Redis's PX/PEXPIRE (2**63 ms), and the renewer's timed
 # waits stay within what the OS accepts. Leases or waits longer than that are mistakes.
 MAX_SECONDS = 365 * 24 * 3600
+
+
+FORCED_CHANNEL = "force-released"
+"""The channel of force-release notices, under the backend's key prefix."""
 
 
 def validate_name(name: Any, argument: str = "name") -> str:
@@ -282,7 +287,7 @@ class LockKeys:
     signal: str
     holders: str
     """Shared and limited holds: each holder's fence, start, lease and owner by token
-    (while the lock key is a sorted set of tokens; see :mod:`.scripts`)."""
+    (while the lock key is a sorted set of tokens; see :mod:`.protocol.scripts`)."""
     writers: str
     """Exclusive waiters of a lock held shared, who go before new shared holders."""
     holder_index: str

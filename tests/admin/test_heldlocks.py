@@ -23,7 +23,7 @@ from django.utils.html import escape
 from django_distlock import LockLost, LockNotOwned, distlock, events
 from django_distlock.connections import get_backend
 from django_distlock.engine import Lock
-from django_distlock.engine.renewal.forcing import listening
+from django_distlock.engine.renewal.watchdog import listening
 from django_distlock.models import HeldLock, LockEvent
 from tests.support.admin import logged_in, make_user
 

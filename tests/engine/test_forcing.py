@@ -11,7 +11,7 @@ import time
 import pytest
 
 from django_distlock.engine import Lock, LockLost, LostCause, force_release
-from django_distlock.engine.renewal.forcing import listening, subscriptions
+from django_distlock.engine.renewal.watchdog import listening, subscriptions
 from tests.support.engine import Recorder, primaries_of, wait_until
 
 LEASE = 30.0

@@ -15,8 +15,7 @@ from redis.exceptions import AskError, ConnectionError, MovedError, ReadOnlyErro
 from django_distlock.engine import Backend, Lock, LockBackendError, LockBackendUnavailable, Tuning
 from django_distlock.engine.protocol.ops import AwaitWakeUp, Call, Pause, StartWait
 from django_distlock.engine.protocol.scripts import TTL
-from django_distlock.engine.transport.cancellation import completed
-from django_distlock.engine.transport.drivers import AsyncDriver, SyncDriver
+from django_distlock.engine.transport.drivers import AsyncDriver, SyncDriver, completed
 from django_distlock.engine.transport.requests import (
     FAILOVER_BUDGET,
     FAILOVER_DELAY,

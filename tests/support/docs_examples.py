@@ -87,6 +87,9 @@ NOT_CODE = {
         "docs/architecture.md",
         "  Django faces    views/  commands/ (locked, listing, release, run) and the distlock",
     ): ("a picture of the layers"),
+    ("docs/architecture.md", "  engine/__init__   the public names (its __all__), nothing else"): (
+        "a picture of the engine's rooms"
+    ),
     ("docs/commands.md", "manage.py distlock list [--prefix P]"): "usage synopsis",
     ("docs/fencing.md", "UPDATE billing_invoice SET status = 'paid', fence = <lock.fence>"): (
         "the SQL fenced_update() runs, in outline"

@@ -1,7 +1,7 @@
 """The locks held right now under a backend's prefix, read from Redis, and breaking one.
 
 A :class:`Listing` answers a :class:`LockQuery` (name lookups, an order, a window) with
-:class:`~django_distlock.engine.records.LockRecord` objects, one per hold: an exclusive
+:class:`~.records.LockRecord` objects, one per hold: an exclusive
 lock has one, a shared or limited lock one per holder (each with its own token, fence
 and lease). ``HeldLock.objects``, the admin, the ``distlock`` CLI and the benchmarks all
 list locks through it.
@@ -22,7 +22,12 @@ A page costs two round trips per node, whatever the size of the keyspace:
 
 Ordering by ``acquired_at`` needs every matching row's value: one more such read.
 ``KEYS`` and ``SCAN`` are never used, and only keys under the prefix are ever read. The
-second read, and the rows' decoding, are :mod:`.snapshot`'s.
+second read and the rows' decoding are :class:`Snapshot`'s.
+
+Breaking a hold is :func:`force_release`: a compare-and-delete on the token an operator
+saw, then a notice (the name, the token, who did it) on one channel per key prefix,
+``<prefix>force-released``, whose listener in the holder's process
+(:mod:`..renewal.watchdog`) tells the holder at once.
 
 >>> listing = Listing(backend)                                          # doctest: +SKIP
 >>> [r.name for r in listing.records(LockQuery(filters=(("startswith", "invoice:"),)))]
@@ -33,32 +38,85 @@ second read, and the rows' decoding, are :mod:`.snapshot`'s.
 from __future__ import annotations
 
 import functools
+import json
+import logging
+import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..exceptions import LockError
-from ..keys import BUCKETS, bucket_of, holder_index_keys, index_keys
+from ..keys import (
+    BUCKETS,
+    EXCLUSIVE,
+    FORCED_CHANNEL,
+    LIMITED,
+    SHARED,
+    LockKeys,
+    bucket_of,
+    holder_index_keys,
+    index_key,
+    index_keys,
+    lock_key,
+    validate_name,
+)
 from ..protocol.ops import Call
 from ..protocol.scripts import LIST_BUCKETS, LIST_INDEX
+from ..protocol.steps import release_steps
 from ..transport.backend import Backend
 from ..transport.drivers import SyncDriver
 from ..transport.eviction import unsafe_eviction_policy
 from ..transport.requests import BACKEND_ERRORS
-from .records import LockRecord, lock_value_acquired_at_us
-from .snapshot import MGET_CHUNK, Raw, Snapshot, add_holds, answered
+from .records import (
+    LockRecord,
+    decode,
+    lock_value_acquired_at_us,
+    parse_kind,
+    parse_lock_value,
+    score_ms,
+)
 
-__all__ = ["EVERY_LOCK", "LOOKUPS", "MGET_CHUNK", "ORDER_FIELDS", "Listing", "LockQuery", "Page"]
+__all__ = [
+    "EVERY_LOCK",
+    "LOOKUPS",
+    "MGET_CHUNK",
+    "ORDER_FIELDS",
+    "Listing",
+    "LockQuery",
+    "Page",
+    "Raw",
+    "Snapshot",
+    "add_holds",
+    "answered",
+    "force_release",
+]
+
+
+logger = logging.getLogger("django_distlock")
+
 
 READ_TIMEOUT = 30.0
+
+
 """Seconds a listing waits for the answers of one node at most."""
 
+
 LOOKUPS = ("exact", "startswith", "contains", "in")
+
+
 """How a :class:`LockQuery` can match names (plain string operations)."""
+
+
 ORDER_FIELDS = ("name", "acquired_at", "ttl")
+
+
 """What a :class:`LockQuery` can order by (``-`` prefix for descending)."""
 
+
 Filter = tuple[str, Any]
+
+
 """A name lookup: ``(lookup, value)``; the value is a ``frozenset`` for ``in``."""
 
 
@@ -93,6 +151,8 @@ class LockQuery:
 
 
 EVERY_LOCK = LockQuery()
+
+
 """Every held lock, by name."""
 
 
@@ -316,3 +376,239 @@ def _sort_rows(rows: list[tuple[Any, ...]], ordering: Sequence[str]) -> None:
     for field in reversed(fields):  # stable sorts, last key first
         column = columns[field.removeprefix("-")]
         rows.sort(key=lambda row, column=column: row[column], reverse=field.startswith("-"))
+
+
+MGET_CHUNK = 1000
+
+
+"""Keys read per ``MGET`` or ``ZMSCORE`` (the chunks of one read go in one pipeline)."""
+
+
+Raw = bytes | str
+
+
+"""A name or value as the client returned it. Names stay raw until shown: UTF-8 bytes
+sort and match like the names they encode. A row of a shared or limited hold is its
+index member, ``name NUL token``: it sorts right after the name (NUL is the smallest
+character), so a lock's holds stay together, by token."""
+
+
+def answered(replies: list[Any]) -> list[Any]:
+    """``replies``, unless one of them is an error: then that error is raised."""
+    for reply in replies:
+        if isinstance(reply, BaseException):
+            raise reply
+    return replies
+
+
+def add_holds(joined: Raw, holds: dict[Raw, tuple[Raw, Raw]], ends: dict[Raw, int]) -> None:
+    """Add the shared and limited holds of one bucket (``name NUL token NUL score ...``,
+    as :data:`~django_distlock.engine.protocol.scripts.LIST_INDEX` joins them) to ``holds`` (row ->
+    name, token) and ``ends``."""
+    nul = b"\0" if isinstance(joined, bytes) else "\0"
+    flat = joined.split(nul)  # type: ignore[arg-type]
+    for i in range(0, len(flat) - 2, 3):
+        name, token = flat[i], flat[i + 1]
+        row = name + nul + token  # type: ignore[operator]
+        holds[row] = (name, token)
+        ends[row] = int(flat[i + 2])
+
+
+class Snapshot:
+    """One read of the listing indexes: the matching rows (raw), their lease ends then
+    (server ms: TTL order is lease-end order, and equal lease ends tie whatever moment
+    each bucket was read at), each bucket's server clock (ms) at the read, and which
+    rows are shared or limited holds (row -> raw name and token)."""
+
+    __slots__ = ("backend", "ends", "holds", "now_by_bucket", "rows")
+
+    def __init__(
+        self,
+        backend: Backend,
+        rows: list[Raw],
+        ends: dict[Raw, int],
+        now_by_bucket: dict[int, int],
+        holds: dict[Raw, tuple[Raw, Raw]],
+    ) -> None:
+        self.backend = backend
+        self.rows = rows
+        self.ends = ends
+        self.now_by_bucket = now_by_bucket
+        self.holds = holds
+
+    def _read(
+        self, rows: Sequence[Raw], *, values: bool, scores: bool
+    ) -> tuple[list[Raw | None], list[int | None], list[Raw | None]]:
+        """The values and/or remaining leases (ms) of ``rows``, ``None`` for the holds
+        gone; one round trip per node (``MGET``, ``HMGET`` and ``ZMSCORE`` per bucket,
+        whose keys share a slot). A shared or limited hold's value is its holders' hash
+        entry behind its token (the layout of an exclusive lock's value); the third list
+        has the ``#kind`` of its lock (``None`` for exclusive holds)."""
+        if not rows:
+            return [], [], []
+        prefix = self.backend.prefix
+        holds = self.holds
+        by_bucket: dict[int, list[int]] = {}
+        held_by: dict[int, dict[Raw, list[int]]] = {}  # bucket -> holders' name -> rows
+        if holds:
+            decoded = [decode(holds[row][0] if row in holds else row) for row in rows]
+        else:
+            decoded = [decode(row) for row in rows]
+        for i, name in enumerate(decoded):
+            if holds and rows[i] in holds:
+                by_name = held_by.setdefault(bucket_of(name), {})
+                by_name.setdefault(holds[rows[i]][0], []).append(i)
+            else:
+                by_bucket.setdefault(bucket_of(name), []).append(i)
+        driver = SyncDriver(self.backend, None)
+        routes = self.backend.routes()
+        by_node: dict[Any, list[tuple[int, tuple[Any, ...]]]] = {}
+        for bucket, indexes in by_bucket.items():
+            node = routes.for_key(index_key(prefix, bucket))
+            for start in range(0, len(indexes), MGET_CHUNK):
+                chunk = indexes[start : start + MGET_CHUNK]
+                if values:
+                    command = ("MGET", *(lock_key(prefix, decoded[i]) for i in chunk))
+                    by_node.setdefault(node, []).append((bucket, ("v", chunk, command)))
+                if scores:
+                    command = ("ZMSCORE", index_key(prefix, bucket), *(rows[i] for i in chunk))
+                    by_node.setdefault(node, []).append((bucket, ("s", chunk, command)))
+        for bucket, by_name in held_by.items():
+            node = routes.for_key(index_key(prefix, bucket))
+            for indexes in by_name.values():
+                keys = LockKeys.for_name(prefix, decoded[indexes[0]])
+                if values:
+                    tokens = (holds[rows[i]][1] for i in indexes)
+                    command = ("HMGET", keys.holders, "#kind", *tokens)
+                    by_node.setdefault(node, []).append((bucket, ("h", indexes, command)))
+                if scores:
+                    command = ("ZMSCORE", keys.holder_index, *(rows[i] for i in indexes))
+                    by_node.setdefault(node, []).append((bucket, ("s", indexes, command)))
+        read_values: list[Raw | None] = [None] * len(rows)
+        read_ttls: list[int | None] = [None] * len(rows)
+        kinds: list[Raw | None] = [None] * len(rows)
+        for node, requests in by_node.items():
+            replies = answered(driver.pipeline(node, [request[2] for _, request in requests]))
+            for (bucket, (kind, chunk, _)), reply in zip(requests, replies, strict=True):
+                if kind == "h":
+                    _holder_values(rows, holds, chunk, reply, read_values, kinds)
+                    continue
+                now_ms = self.now_by_bucket.get(bucket)
+                for i, item in zip(chunk, reply, strict=True):
+                    if kind == "v":
+                        read_values[i] = item
+                    elif item is not None:
+                        end = score_ms(item)
+                        read_ttls[i] = end - now_ms if now_ms is not None else 0
+        return read_values, read_ttls, kinds
+
+    def values_of(self, rows: Sequence[Raw]) -> list[Raw | None]:
+        """The values of ``rows`` (``None`` for the holds gone)."""
+        return self._read(rows, values=True, scores=False)[0]
+
+    def records(self, rows: Sequence[Raw]) -> list[LockRecord]:
+        """The holds ``rows``, in that order, leaving out the ones gone."""
+        values, ttls, kinds = self._read(rows, values=True, scores=True)
+        records = []
+        counts: Counter[Raw] | None = None
+        for row, value, ttl, kind in zip(rows, values, ttls, kinds, strict=True):
+            if ttl is None:
+                continue  # released meanwhile (and maybe taken again since)
+            if kind is None:
+                record = parse_lock_value(decode(row), value, ttl)
+            else:
+                if counts is None:
+                    counts = Counter(name for name, _token in self.holds.values())
+                name = self.holds[row][0]
+                mode, limit = parse_kind(kind)
+                record = parse_lock_value(
+                    decode(name), value, ttl, mode=mode, limit=limit, holders=counts[name]
+                )
+            if record is not None:
+                records.append(record)
+        return records
+
+    def first_records(self, rows: Sequence[Raw], limit: int) -> list[LockRecord]:
+        """The first ``limit`` holds of ``rows`` that still exist, reading them in
+        growing chunks."""
+        found: list[LockRecord] = []
+        start, step = 0, max(limit, 1)
+        while len(found) < limit and start < len(rows):
+            found += self.records(rows[start : start + step])
+            start += step
+            step = min(step * 4, MGET_CHUNK)
+        return found[:limit]
+
+
+def _holder_values(
+    rows: Sequence[Raw],
+    holds: dict[Raw, tuple[Raw, Raw]],
+    indexes: list[int],
+    reply: list[Raw | None],
+    values: list[Raw | None],
+    kinds: list[Raw | None],
+) -> None:
+    """Fill ``values`` and ``kinds`` of the holds ``indexes`` of one lock from its
+    ``HMGET holders #kind token...`` ``reply``: each entry behind its token and a
+    newline, which is an exclusive lock's value layout."""
+    kind = reply[0]
+    for i, entry in zip(indexes, reply[1:], strict=True):
+        if entry is None or kind is None:
+            continue
+        token = holds[rows[i]][1]
+        newline = b"\n" if isinstance(entry, bytes) else "\n"
+        values[i] = token + newline + entry  # type: ignore[operator]
+        kinds[i] = kind
+
+
+def force_release(
+    backend: Backend, name: str, token: str, mode: str | None = None, *, by: str = ""
+) -> bool:
+    """End the hold of lock ``name`` with ``token`` (the one an operator saw), if it is
+    still there, and wake a waiter: the lock itself for an exclusive hold, that holder's
+    slot of a shared or limited lock (the other holders keep theirs). ``False`` when it
+    was released or changed hands since: nothing is touched then.
+
+    The evicted holder's process is told at once (see the module docstring): its loss
+    has cause :attr:`LostCause.FORCED` and a reason naming ``by`` (who force-released
+    it, e.g. ``"user 'alice'"``).
+
+    ``mode`` is the hold's (a :class:`~.records.LockRecord`'s ``mode``); unknown
+    (``None``), both ways are tried, each a compare-and-delete on the token (two round
+    trips at most)."""
+    name = validate_name(name)
+    if not isinstance(token, str) or not token:
+        raise ValueError(f"force-releasing {name!r} needs the token it was read with")
+    if mode not in (None, EXCLUSIVE, SHARED, LIMITED):
+        raise ValueError(f"mode must be {EXCLUSIVE!r}, {SHARED!r}, {LIMITED!r} or None")
+    keys = LockKeys.for_name(backend.prefix, name)
+    liveness_ms = backend.tuning.waiter_liveness_ms
+    driver = SyncDriver(backend, name)
+    if mode is not None:
+        released = driver.run(release_steps(keys, token, liveness_ms, mode))
+    else:
+        # The exclusive script leaves a lock held shared alone, and the holders' script a
+        # lock held exclusively: at most one of them can release anything.
+        released = driver.run(release_steps(keys, token, liveness_ms, EXCLUSIVE)) or driver.run(
+            release_steps(keys, token, liveness_ms, SHARED)
+        )
+    if released:
+        _publish(backend, keys, {"name": name, "token": token, "by": by})
+    return bool(released)
+
+
+def _publish(backend: Backend, keys: LockKeys, notice: dict[str, str]) -> None:
+    # The hold is gone already: a notice that cannot be sent only makes its holder learn
+    # it at its next renewal, so it is logged, never raised.
+    channel = backend.prefix + FORCED_CHANNEL
+    try:
+        server = backend.routes().for_key(keys.lock)
+        deadline = time.monotonic() + backend.tuning.renewal_attempt
+        server.request([("PUBLISH", channel, json.dumps(notice))], deadline)
+    except Exception as exc:  # noqa: BLE001 - see above
+        logger.warning(
+            "django-distlock: force-released lock %r, but could not tell its holder at once "
+            "(%s); it learns at its next renewal",
+            notice["name"],
+            exc,
+        )

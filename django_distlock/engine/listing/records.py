@@ -3,8 +3,8 @@ fence and lease, and as which kind of hold.
 
 Pure helpers (no I/O), so that every reader (the listing, ``HeldLock.objects``, the
 admin, the CLI) decodes the layouts written by
-:data:`~django_distlock.engine.scripts.ACQUIRE` (an exclusive hold) and
-:data:`~django_distlock.engine.scripts.HOLDER_ACQUIRE` (a shared or limited hold) in one
+:data:`~django_distlock.engine.protocol.scripts.ACQUIRE` (an exclusive hold) and
+:data:`~django_distlock.engine.protocol.scripts.HOLDER_ACQUIRE` (a shared or limited hold) in one
 place.
 
 >>> record = parse_lock_value("invoice:42", b'ab12\\n7\\n1700000000000000\\n30000\\n'

@@ -1,1 +1,2 @@
-"""TODO"""
+"""The lock objects users hold: ``Lock`` and ``LockGroup``, and what a lock object
+keeps and decides of its holds."""

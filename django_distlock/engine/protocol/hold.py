@@ -124,7 +124,7 @@ class Hold:
     )
     """A weak reference to what tells the holder that the lock was lost."""
     mode: str = "exclusive"
-    """``"exclusive"``, ``"shared"`` or ``"limited"`` (see :mod:`.core`)."""
+    """``"exclusive"``, ``"shared"`` or ``"limited"`` (see :mod:`..keys`)."""
     limit: int = 1
     """How many may hold the lock at once (``0`` for a shared hold: any number)."""
     depth: int = 1

@@ -1,14 +1,17 @@
-"""The operations the protocol's steps (:mod:`.core`) ask the I/O drivers (:mod:`.io`,
-:mod:`.aio`) to carry out, and what the drivers send back: the vocabulary between the
-two, with no I/O and no protocol of its own."""
+"""The operations the protocol's steps (:mod:`.steps`) ask the I/O drivers
+(:mod:`..transport.drivers`) to carry out (a :class:`Script` to call, the waits), what the
+drivers send back, and which errors mean a failover ended a wait or refused a request
+(:func:`interrupted`, :func:`demoted`): the vocabulary between the two, with no I/O and no
+protocol of its own."""
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+import hashlib
+from dataclasses import dataclass, field
 from typing import Any
 
-from .scripts import Script
+from redis.exceptions import ConnectionError, ReadOnlyError, ResponseError
 
 __all__ = [
     "AwaitWakeUp",
@@ -17,9 +20,24 @@ __all__ = [
     "Op",
     "Pause",
     "Replicated",
+    "Script",
     "StartWait",
     "Wake",
+    "demoted",
+    "interrupted",
 ]
+
+
+@dataclass(frozen=True)
+class Script:
+    """A Lua script and its SHA1, so callers can ``EVALSHA`` and fall back to ``EVAL``."""
+
+    name: str
+    source: str
+    sha: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sha", hashlib.sha1(self.source.encode()).hexdigest())  # noqa: S324
 
 
 @dataclass(slots=True)
@@ -29,7 +47,7 @@ class Call:
     With ``replicas`` (a count and a timeout in ms), a ``WAIT`` follows the script on the
     same connection, in the same round trip, and the driver sends back
     ``Replicated(reply, acknowledged, required)``. A count of ``"auto"`` is decided by
-    the driver for the server the script reaches (:mod:`.replication`): no ``WAIT``, and
+    the driver for the server the script reaches (:mod:`..transport.replication`): no ``WAIT``, and
     the plain reply, where that is 0.
     """
 
@@ -109,3 +127,21 @@ class Wake(enum.Enum):
 
 
 Op = Call | StartWait | AwaitWakeUp | CallEndingWait | Pause
+
+
+def demoted(error: BaseException) -> bool:
+    """True for a request refused by a primary that a failover made a replica, on a
+    connection that asks the Sentinels where the primary is when it connects again:
+    redis-py's Sentinel connections answer ``READONLY`` by disconnecting and raising
+    ``ConnectionError`` ("The previous master is now a slave") from the
+    ``ReadOnlyError``. The request did not run (a replica refuses every write, a script's
+    first one included), so it may be sent again."""
+    return isinstance(error, ConnectionError) and isinstance(error.__context__, ReadOnlyError)
+
+
+def interrupted(error: BaseException) -> bool:
+    """True for a blocked command ended by the server changing role (``UNBLOCKED``: a
+    planned failover demoting the primary), or refused because it did (:func:`demoted`)."""
+    if demoted(error):
+        return True
+    return isinstance(error, ResponseError) and str(error).startswith("UNBLOCKED")

@@ -1,19 +1,14 @@
 """Script replies read back. Every reply that means "taken" is tagged
 (:func:`taken_reply`), and a reply of any other shape is an error, never a hold: a stray
-integer or ``OK`` cannot be mistaken for a lock. And the error replies that mean a failover
-ended a wait or refused a request that never ran (:func:`interrupted`, :func:`demoted`)."""
+integer or ``OK`` cannot be mistaken for a lock."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from redis.exceptions import ConnectionError, ReadOnlyError, ResponseError
-
 from ..exceptions import LockBackendError
 
 __all__ = [
-    "demoted",
-    "interrupted",
     "released_reply",
     "replication_report",
     "reply_tag",
@@ -91,21 +86,3 @@ def replication_report(role: Any) -> str:
         f" (the primary has {count} connected replica{'s' if count != 1 else ''}, "
         f"{behind:,} bytes behind at most)"
     )
-
-
-def demoted(error: BaseException) -> bool:
-    """True for a request refused by a primary that a failover made a replica, on a
-    connection that asks the Sentinels where the primary is when it connects again:
-    redis-py's Sentinel connections answer ``READONLY`` by disconnecting and raising
-    ``ConnectionError`` ("The previous master is now a slave") from the
-    ``ReadOnlyError``. The request did not run (a replica refuses every write, a script's
-    first one included), so it may be sent again."""
-    return isinstance(error, ConnectionError) and isinstance(error.__context__, ReadOnlyError)
-
-
-def interrupted(error: BaseException) -> bool:
-    """True for a blocked command ended by the server changing role (``UNBLOCKED``: a
-    planned failover demoting the primary), or refused because it did (:func:`demoted`)."""
-    if demoted(error):
-        return True
-    return isinstance(error, ResponseError) and str(error).startswith("UNBLOCKED")

@@ -24,8 +24,18 @@ from ..exceptions import LockBackendUnavailable, LockError
 from ..keys import EXCLUSIVE, LIMITED, SHARED, LockKeys, clean_label
 from ..tuning import Tuning, ms
 from .hold import HOSTNAME, Hold
-from .ops import AwaitWakeUp, Call, CallEndingWait, Op, Pause, Replicated, StartWait, Wake
-from .replies import interrupted, released_reply, reply_tag, taken_reply, unexpected
+from .ops import (
+    AwaitWakeUp,
+    Call,
+    CallEndingWait,
+    Op,
+    Pause,
+    Replicated,
+    StartWait,
+    Wake,
+    interrupted,
+)
+from .replies import released_reply, reply_tag, taken_reply, unexpected
 from .scripts import (
     ACQUIRE,
     EXTEND,

@@ -14,11 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..exceptions import LockError
-from ..protocol.hold import Hold, LostCause, hold_event, report_loss
+from ..protocol.hold import Event, Hold, LostCause, hold_event, report_loss
 from ..protocol.ops import Call
 from ..protocol.scripts import WAKE
 from ..protocol.steps import extend_call, release_call
-from ..transport.backend import Event
 
 __all__ = [
     "GIVE_BACK",

@@ -1,16 +1,35 @@
-"""Lease renewal at work: a scheduler thread per process for sync holders (with a lane
+"""Lease renewal at work, its threads: a scheduler thread per process for sync holders (with a lane
 per backend), timers on the event loop for async ones; both renew at a third of the lease
 on the decisions of :mod:`.decisions`. The holds they watch, and :func:`check_holds_now`
 (a lock's holds checked at once rather than at their next renewal: a test that takes a
-lock away wants its holder told at once)."""
+lock away wants its holder told at once).
+
+A force release (:func:`~..listing.query.force_release`) publishes a notice on one
+channel per key prefix. Every process that holds auto-renewed locks of a backend keeps
+one subscription to that channel (:func:`listen`, started when the watchdog first
+watches a hold of that backend), and tells the holder of the named token at once.
+Nothing is sent or kept per held lock, and nothing is sent at all while nobody
+force-releases. On a Redis Cluster a ``PUBLISH`` reaches the subscribers of every node,
+so one subscription on any primary hears every slot's notices (a sharded ``SPUBLISH``
+would need a subscription per shard holding a lock, for messages that are rare by
+nature). A notice missed (the subscription reconnecting after a failover) is not lost
+for good: the holder's next renewal finds the lock gone.
+
+Telling holders happens off the renewal path: one :class:`Notifier` thread per process
+runs the loss reports (``on_lost``, the ``lost`` event, signals) and the watchdog's
+events, in order, so that a slow callback or observer never delays a renewal or an event
+loop.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import collections
 import contextlib
+import functools
 import heapq
 import itertools
+import json
 import logging
 import math
 import queue
@@ -21,41 +40,106 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from .. import process
+from ..background import BackgroundWorker
 from ..exceptions import LockError
-from ..protocol.hold import Hold
+from ..keys import FORCED_CHANNEL
+from ..protocol.hold import Hold, LostCause
+from ..transport.backend import Backend
 from ..transport.drivers import AsyncDriver, SyncDriver
-from . import forcing
 from .decisions import (
     Submit,
     after_renewals,
     end_lease,
     first_renewal,
     give_back_retry,
+    mark_lost,
     on_grid,
     plan_renewals,
     settled,
+    tell_holder,
 )
-from .notifier import notifier
 
 __all__ = [
     "LoopWatchdog",
+    "Notifier",
     "ThreadWatchdog",
     "check_holds_now",
+    "forced_reason",
+    "listen",
+    "listening",
     "loop_watchdog",
+    "notifier",
     "renew_now",
+    "subscriptions",
     "thread_watchdog",
     "watched_holds",
 ]
 
 
+NOTIFIER_IDLE = 60.0
+
+
+"""Seconds the notifier's thread waits for a report before it looks again."""
+
+
+class Notifier:
+    """Runs loss reports of sync holders on a daemon thread of its own, in order, so
+    that a slow ``on_lost`` or observer never delays a renewal."""
+
+    def __init__(self) -> None:
+        self._worker: BackgroundWorker[tuple[Callable[..., Any], tuple[Any, ...]]] = (
+            BackgroundWorker("distlock-notifier", _run_each, interval=NOTIFIER_IDLE, batch=1)
+        )
+
+    def submit(self, function: Callable[..., Any], *args: Any) -> None:
+        """Run ``function(*args)`` on the notifier thread."""
+        self._worker.put((function, args))
+
+    def wait_for_reports(self, timeout: float) -> bool:
+        """Wait until every report submitted so far has run (they run in order); ``False``
+        if they had not within ``timeout`` seconds."""
+        done = threading.Event()
+        self.submit(done.set)
+        return done.wait(timeout)
+
+
+def _run_each(reports: collections.deque[tuple[Callable[..., Any], tuple[Any, ...]]]) -> None:
+    while reports:
+        function, args = reports.popleft()
+        try:
+            function(*args)
+        except Exception:  # the notifier thread must not die
+            logger.exception("django-distlock: reporting a lost lock failed")
+
+
+_notifiers = process.PerProcess(Notifier)
+
+
+def notifier() -> Notifier:
+    """The process's notifier, which tells holders of losses."""
+    return _notifiers.get()
+
+
+# A forked child has none of its parent's threads.
+process.forget_after_fork(_notifiers.forget)
+
+
 logger = logging.getLogger("django_distlock")
 
+
 IDLE_WAIT = 60.0
+
+
 LANE_IDLE = 10.0
+
+
 """Seconds a renewal lane's thread waits for work before it ends (a new one starts on
 demand), so that backends that are gone leave no threads behind."""
 
+
 RENEW = 0
+
+
 DEADLINE = 1
 
 
@@ -176,7 +260,7 @@ class ThreadWatchdog:
         """Start renewing ``hold`` until it is released (and listening for its force
         release)."""
         self._add(first_renewal(hold), RENEW, hold)
-        forcing.listen(hold.backend, watched_holds)
+        listen(hold.backend, watched_holds)
 
     def give_back(self, hold: Hold) -> None:
         """Release ``hold``, left by an acquire that failed, once Redis answers."""
@@ -277,7 +361,7 @@ class LoopWatchdog:
         """Start renewing ``hold`` until it is released (and listening for its force
         release)."""
         self._schedule(hold, first_renewal(hold))
-        forcing.listen(hold.backend, watched_holds)
+        listen(hold.backend, watched_holds)
 
     def give_back(self, hold: Hold) -> None:
         """Async twin of :meth:`ThreadWatchdog.give_back`."""
@@ -335,6 +419,8 @@ class LoopWatchdog:
 
 
 _thread_watchdogs = process.PerProcess(ThreadWatchdog)
+
+
 _loop_watchdogs: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopWatchdog] = (
     weakref.WeakKeyDictionary()
 )
@@ -395,3 +481,209 @@ def check_holds_now(name: str, *, prefix: str | None = None, timeout: float = 5.
         renew_now(list(holds), notifier().submit, lambda hold, due: None, timeout)
     notifier().wait_for_reports(timeout)
     return sum(len(holds) for holds in by_backend.values())
+
+
+LISTEN_IDLE = 10.0
+
+
+"""Seconds a subscription is kept after its backend's last watched hold ended."""
+
+
+POLL = 1.0
+
+
+"""Seconds a listener waits for a notice before it looks whether it is still needed."""
+
+
+RECONNECT = 0.5
+
+
+"""Seconds between attempts to subscribe again after the connection failed."""
+
+
+def forced_reason(by: str) -> str:
+    """How a hold's loss to a force release is told (``LockLost``, ``on_lost``'s
+    ``lock.lost_reason``, the ``lost`` event's reason)."""
+    return f"it was force-released by {by or 'an operator'}"
+
+
+class _Listener:
+    """One subscription to a backend's force-release channel, on a daemon thread; it
+    ends once the process has watched no hold of that backend for ``LISTEN_IDLE``
+    seconds."""
+
+    def __init__(self, backend: Backend, watched: Callable[[], list[Hold]]) -> None:
+        self._backend = weakref.ref(backend)
+        self._channel = backend.prefix + FORCED_CHANNEL
+        self._watched = watched
+        self.closed = False
+        self.subscribed = threading.Event()
+        self._subscriber: Any = None
+        self.subscriptions = 0
+        """How many times it subscribed (again after a connection was lost)."""
+        self._thread = threading.Thread(target=self._run, name="distlock-forced", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """End the subscription (its backend is closed); the thread ends with it."""
+        self.closed = True
+        _close(self._subscriber)
+
+    def _run(self) -> None:
+        idle_since: float | None = None
+        attempt = 0
+        while not self.closed:
+            subscriber = self._subscribe(attempt)
+            attempt += 1
+            if subscriber is None:
+                time.sleep(RECONNECT)
+                if not self._holds():
+                    self.closed = True
+                continue
+            self._subscriber = subscriber
+            if self.closed:  # stopped while it subscribed
+                _close(subscriber)
+                return
+            try:
+                while not self.closed:
+                    message = subscriber.get_message(timeout=POLL)
+                    if message is not None and message.get("type") == "message":
+                        self._heard(message["data"])
+                        continue
+                    if self._holds():
+                        idle_since = None
+                    elif idle_since is None:
+                        idle_since = time.monotonic()
+                    elif time.monotonic() - idle_since > LISTEN_IDLE:
+                        self.closed = True
+                        return
+            except Exception as exc:  # noqa: BLE001 - resubscribe, whatever broke
+                if not self.closed:
+                    logger.info("django-distlock: force-release notices interrupted: %s", exc)
+            finally:
+                self.subscribed.clear()
+                _close(subscriber)
+
+    def _subscribe(self, attempt: int) -> Any:
+        backend = self._backend()
+        if backend is None:
+            self.closed = True
+            return None
+        subscriber = None
+        try:
+            routes = backend.routes()
+            if attempt:
+                routes.refresh()
+            primaries = routes.primaries()
+            subscriber = primaries[attempt % len(primaries)].subscriber()
+            subscriber.subscribe(self._channel)
+            # The confirmation proves the subscription is active on the server.
+            deadline = time.monotonic() + 5.0
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError("no confirmation of the subscription")
+                message = subscriber.get_message(timeout=left)
+                if message is not None and message.get("type") == "subscribe":
+                    break
+        except Exception as exc:  # noqa: BLE001 - retried while holds are watched
+            logger.info("django-distlock: cannot subscribe to force-release notices: %s", exc)
+            _close(subscriber)
+            return None
+        self.subscriptions += 1
+        self.subscribed.set()
+        return subscriber
+
+    def _holds(self) -> list[Hold]:
+        backend = self._backend()
+        return [hold for hold in self._watched() if hold.backend is backend]
+
+    def _heard(self, data: Any) -> None:
+        try:
+            notice = json.loads(data)
+            token, by = str(notice["token"]), str(notice.get("by", ""))
+        except (ValueError, TypeError, KeyError):
+            logger.warning("django-distlock: ignored a malformed force-release notice %r", data)
+            return
+        for hold in self._holds():
+            if hold.token != token or hold.giving_back or settled(hold):
+                continue
+            hold.note_loss(LostCause.FORCED, forced_reason(by))
+            if mark_lost(hold):
+                notifier().submit(tell_holder, hold)
+
+
+def _close(subscriber: Any) -> None:
+    if subscriber is None:
+        return
+    try:
+        subscriber.close()
+        subscriber.connection_pool.disconnect()
+    except Exception:  # noqa: BLE001, S110 - closing what already failed
+        pass
+
+
+_listeners: weakref.WeakKeyDictionary[Backend, _Listener] = weakref.WeakKeyDictionary()
+
+
+_stopped_on_close: weakref.WeakSet[Backend] = weakref.WeakSet()
+
+
+_listeners_lock = threading.Lock()
+
+
+def listen(backend: Backend, watched: Callable[[], list[Hold]]) -> None:
+    """Keep this process subscribed to ``backend``'s force-release notices while
+    ``watched()`` (the watchdogs' holds) has holds of it; a dictionary look-up when it
+    is already. A backend without a sync client is not listened to (its holders learn
+    of a force release at their next renewal)."""
+    listener = _listeners.get(backend)
+    if listener is not None and not listener.closed:
+        return
+    try:
+        backend.routes()
+    except LockError:
+        return  # no sync client
+    with _listeners_lock:
+        listener = _listeners.get(backend)
+        if listener is None or listener.closed:
+            _listeners[backend] = _Listener(backend, watched)
+            if backend not in _stopped_on_close:
+                _stopped_on_close.add(backend)
+                backend.on_close(functools.partial(_stop_listening, weakref.ref(backend)))
+
+
+def _stop_listening(backend_ref: weakref.ref[Backend]) -> None:
+    backend = backend_ref()
+    if backend is None:
+        return
+    _stopped_on_close.discard(backend)
+    listener = _listeners.get(backend)
+    if listener is not None:
+        listener.stop()
+
+
+def subscriptions(backend: Backend) -> int:
+    """How many times this process's current listener of ``backend`` subscribed (1, then
+    one more after each lost connection). For tests and diagnostics."""
+    listener = _listeners.get(backend)
+    return 0 if listener is None else listener.subscriptions
+
+
+def listening(backend: Backend, timeout: float = 0.0) -> bool:
+    """True once this process is subscribed to ``backend``'s force-release notices
+    (waiting up to ``timeout`` seconds): from then on a force release is told to its
+    holder here at once. For tests and diagnostics."""
+    listener = _listeners.get(backend)
+    return listener is not None and listener.subscribed.wait(timeout)
+
+
+def _forget_listeners_after_fork() -> None:
+    # A forked child holds none of its parent's locks and has none of its threads.
+    global _listeners, _listeners_lock, _stopped_on_close
+    _listeners = weakref.WeakKeyDictionary()
+    _stopped_on_close = weakref.WeakSet()
+    _listeners_lock = threading.Lock()
+
+
+process.forget_after_fork(_forget_listeners_after_fork)

@@ -59,7 +59,7 @@ class Backend:
       ``redis.cluster.RedisCluster`` as ``client`` (and, optionally, an asyncio
       ``RedisCluster`` or a callable making one as ``async_client``).
 
-    Requests go through the clients' own redis-py pools (see :mod:`.servers`); blocking
+    Requests go through the clients' own redis-py pools (see :mod:`.routes`); blocking
     waits through a pool of the same settings beside each, so that waiters never exhaust
     the application's pool. The clients passed in are the caller's to close.
 

@@ -3,22 +3,34 @@
 asyncio connections for the running event loop, on the server that holds each key
 (:mod:`.routes`). Everything they know about locks is in the steps they are given; what
 every request shares (replies kept with their request, redirects, errors) is in
-:mod:`.requests`, and they differ only in how they wait for Redis."""
+:mod:`.requests`, and they differ only in how they wait for Redis.
+
+The async driver carries its operations through cancellation (:func:`completed`): a task
+that was cancelled stays cancelled, and work that must finish (a release, a clean-up)
+does, whatever happens to the task that started it.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import time
-from collections.abc import Coroutine, Generator, Sequence
+from collections.abc import Awaitable, Coroutine, Generator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from redis.exceptions import AskError, ConnectionError, NoScriptError, ResponseError, TryAgainError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from ..protocol.ops import AwaitWakeUp, Call, CallEndingWait, Op, Pause, StartWait, Wake
-from ..protocol.replies import interrupted
-from .cancellation import cancellations, completed, keep_cancellation
+from ..protocol.ops import (
+    AwaitWakeUp,
+    Call,
+    CallEndingWait,
+    Op,
+    Pause,
+    StartWait,
+    Wake,
+    interrupted,
+)
 from .replication import READ_REPLICAS, resolved, wants_reading
 from .requests import (
     BACKEND_ERRORS,
@@ -35,16 +47,65 @@ from .requests import (
     woken_by,
 )
 
+__all__ = [
+    "END_WAIT_REPLY_TIMEOUT",
+    "AsyncDriver",
+    "SyncDriver",
+    "cancellations",
+    "completed",
+    "keep_cancellation",
+]
+
+
+def cancellations() -> tuple[asyncio.Task[Any] | None, int]:
+    """The running task and how many cancellations of it are pending now."""
+    task = asyncio.current_task()
+    return task, 0 if task is None else task.cancelling()
+
+
+def keep_cancellation(task: asyncio.Task[Any] | None, requested: int) -> None:
+    """Raise ``CancelledError`` if ``task`` was cancelled since it had ``requested``
+    cancellations pending, although nothing raised it: the client library lost it.
+
+    On Python 3.11 ``asyncio.wait_for`` returns the result when the cancellation arrives
+    as the awaited operation finishes, and redis-py awaits every write that way when the
+    connection has a socket timeout. The task would go on as if never cancelled, with a
+    lock it was cancelled while taking.
+    """
+    if task is not None and task.cancelling() > requested:
+        raise asyncio.CancelledError
+
+
+async def completed(awaitable: Awaitable[T]) -> tuple[T, bool]:
+    """Await ``awaitable`` to the end even if the caller is cancelled meanwhile.
+
+    Returns its result and whether a cancellation arrived; the caller re-raises it once
+    its own bookkeeping is done, so cancelled tasks stay cancelled.
+    """
+    task = asyncio.ensure_future(awaitable)
+    cancelled = False
+    while True:
+        try:
+            return await asyncio.shield(task), cancelled
+        except asyncio.CancelledError:
+            if task.cancelled():
+                raise
+            cancelled = True
+            if task.done():
+                return task.result(), cancelled
+
+
 if TYPE_CHECKING:
     from .backend import Backend
     from .routes import AsyncRoutes, AsyncServer, Routes, Server
 
-__all__ = ["END_WAIT_REPLY_TIMEOUT", "AsyncDriver", "SyncDriver"]
-
 
 T = TypeVar("T")
 
+
 END_WAIT_REPLY_TIMEOUT = 10.0
+
+
 """How long the answer to a BLPOP that we just ended may take at most (it normally
 arrives within a round trip)."""
 
@@ -70,7 +131,7 @@ class SyncDriver:
     def call(self, call: Call) -> Any:
         """Run one script (``EVALSHA``, ``EVAL`` after ``NOSCRIPT``) on the server holding
         its keys, following cluster redirects; with ``replicas``, its ``WAIT`` on the same
-        connection (:class:`~.ops.Replicated`)."""
+        connection (:class:`~..protocol.ops.Replicated`)."""
         try:
             return self._routed(call.keys[0], call)[0]
         except BACKEND_ERRORS as exc:

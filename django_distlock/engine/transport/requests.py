@@ -34,8 +34,7 @@ from redis.exceptions import (
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..exceptions import LockBackendError, LockBackendUnavailable, LockError
-from ..protocol.ops import Call, Replicated
-from ..protocol.replies import demoted
+from ..protocol.ops import Call, Replicated, demoted
 
 __all__ = [
     "BACKEND_ERRORS",

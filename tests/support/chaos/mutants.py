@@ -45,7 +45,7 @@ def _replaced(source: str, old: str, new: str) -> str:
 
 def _half_lease() -> None:
     from django_distlock.engine.protocol import steps as lock_steps
-    from django_distlock.engine.protocol.scripts import Script
+    from django_distlock.engine.protocol.ops import Script
 
     original = lock_steps.ACQUIRE
     # A lock held by another counts as free once its PTTL is below half the lease asked:
@@ -61,7 +61,7 @@ def _half_lease() -> None:
 
 def _release_any_token() -> None:
     from django_distlock.engine.protocol import steps as core
-    from django_distlock.engine.protocol.scripts import Script
+    from django_distlock.engine.protocol.ops import Script
 
     original = core.RELEASE
     source = _replaced(
@@ -79,8 +79,7 @@ return tonumber(ARGV[2])
 
 
 def _skipped_renewals() -> None:
-    from django_distlock.engine.protocol.ops import Call
-    from django_distlock.engine.protocol.scripts import Script
+    from django_distlock.engine.protocol.ops import Call, Script
     from django_distlock.engine.renewal import decisions as renewal
 
     original = renewal.renewal_call
