@@ -324,3 +324,35 @@ def test_an_unreachable_server_is_not_ridden_out_without_a_failover():
     assert op.script is RELEASE
     with pytest.raises(LockBackendUnavailable):
         generator.send(RELEASED)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [[b"busy"], [b"busy", 20], [b"kind"], [b"taken", 7], [b"taken"], [b"busy", b"x", b""]],
+    ids=["busy-bare", "busy-no-head", "kind-bare", "taken-no-time", "taken-bare", "busy-not-ms"],
+)
+def test_an_acquire_reply_of_the_wrong_shape_is_a_backend_error(reply):
+    """A tagged reply missing its fields is read into no answer at all: the caller gets a
+    LockBackendError (never an IndexError or a ValueError, never a hold), once whatever
+    its token may hold is given back."""
+    generator, _ = steps()
+    op = generator.send(reply)
+    assert op.script is RELEASE
+    assert op.args[0] == TOKEN
+    with pytest.raises(LockBackendError, match="unexpected reply to an acquire"):
+        generator.send(RELEASED)
+
+
+@pytest.mark.parametrize("reply", [b"OK", [1], 1], ids=["ok", "short", "integer"])
+def test_a_pass_on_reply_of_the_wrong_shape_wakes_nobody(reply):
+    """Leaving the wait reads PASS_ON's ``{1, head}`` by its field: another shape is an
+    error the clean-up absorbs (the acquire's outcome stands), never a wake-up pushed to a
+    waiter named by whatever its second element is, nor an IndexError."""
+    generator, _ = steps(blocking=True, deadline=time.monotonic() + 0.02)
+    generator.send([b"busy", 60_000, b""])  # StartWait
+    generator.send(None)  # AwaitWakeUp
+    assert isinstance(generator.send(Wake.WOKEN), Call)  # woken: try again
+    time.sleep(0.03)
+    op = generator.send([b"busy", 60_000, b""])  # someone barged in, and the deadline passed
+    assert op.script is PASS_ON
+    assert finish(generator, reply) == NotAcquired(60.0)

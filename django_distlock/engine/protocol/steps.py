@@ -35,7 +35,15 @@ from .ops import (
     Wake,
     interrupted,
 )
-from .replies import released_reply, reply_tag, taken_reply, unexpected
+from .replies import (
+    OtherKind,
+    Taken,
+    TakenMany,
+    acquire_reply,
+    many_reply,
+    passed_on_reply,
+    released_reply,
+)
 from .scripts import (
     ACQUIRE,
     EXTEND,
@@ -288,11 +296,11 @@ def acquire_steps(
                 if reply.acknowledged < reply.required and replicas is not None:
                     unreplicated = NotReplicated(reply.acknowledged, reply.required, replicas[1])
                 reply = reply.reply
-            taken = taken_reply(name, reply)
+            answer = acquire_reply(name, reply)
             wait.may_hold = False
-            if taken is None and reply_tag(reply) == "kind":
-                raise LockError(_other_mode(name, mode, limit, reply[1]), name=name)
-            if taken is not None:
+            if type(answer) is OtherKind:
+                raise LockError(_other_mode(name, mode, limit, answer.held_as), name=name)
+            if type(answer) is Taken:
                 wait.may_hold = True
                 if time.monotonic() - sent_at >= lease:
                     # The answer came after the lease it granted was over (a stalled server
@@ -318,18 +326,18 @@ def acquire_steps(
                 # same step), the acquire script took us off the queue, and a wake-up we
                 # consumed was used: nothing to clean up or hand on.
                 wait.settle(holding=True)
-                if isinstance(reply, list) and len(reply) > 3 and reply[3]:
+                if answer.also_wake:
                     # A shared hold or a free slot may let the next waiter in too.
-                    yield from wake_steps(keys, reply[3], liveness_ms)
-                return Acquired(taken[0], taken[1], sent_at)
-            wait_ms = int(reply[1])
-            if not wait.writer and len(reply) > 3 and reply[3] in (b"1", "1"):
+                    yield from wake_steps(keys, answer.also_wake, liveness_ms)
+                return Acquired(answer.fence, answer.acquired_at_us, sent_at)
+            wait_ms = answer.wait_ms
+            if not wait.writer and answer.writer:
                 # Waiting among the writers of a lock held shared: taking it (or leaving)
                 # takes us off that list.
                 wait.writer = True
                 args = dataclasses.replace(args, writer=True)
-            if reply[2] and reply[2] not in (waiter, waiter.encode()):
-                yield from wake_steps(keys, reply[2], liveness_ms)
+            if answer.head and answer.head not in (waiter, waiter.encode()):
+                yield from wake_steps(keys, answer.head, liveness_ms)
             remaining = math.inf if deadline is None else deadline - time.monotonic()
             if not blocking or remaining <= 0:
                 return NotAcquired(wait_ms / 1000 if wait_ms >= 0 else None)
@@ -500,16 +508,16 @@ def _leave(wait: _Waiting, liveness_ms: int) -> Generator[Op, Any, None]:
         reply, woken = yield CallEndingWait(
             Call(PASS_ON, wait.own_keys(), (queued_as, liveness_ms, handed_on, "1", writer_id))
         )
-        yield from wake_steps(keys, reply[1], liveness_ms)
+        yield from wake_steps(keys, passed_on_reply(keys.name, reply).head, liveness_ms)
         if woken:
             reply = yield Call(PASS_ON, wait.own_keys(), ("", liveness_ms, "1", "", ""))
-            yield from wake_steps(keys, reply[1], liveness_ms)
+            yield from wake_steps(keys, passed_on_reply(keys.name, reply).head, liveness_ms)
     elif wait.left_behind():
         handed_on = "1" if wait.consumed else "0"
         reply = yield Call(
             PASS_ON, wait.own_keys(), (queued_as, liveness_ms, handed_on, "", writer_id)
         )
-        yield from wake_steps(keys, reply[1], liveness_ms)
+        yield from wake_steps(keys, passed_on_reply(keys.name, reply).head, liveness_ms)
 
 
 def _other_mode(name: str, mode: str, limit: int, held_as: Any) -> str:
@@ -652,16 +660,14 @@ def _acquire_group(
                 reply = yield Call(
                     MANY_ACQUIRE, (*lock_keys, group[0].lock), (*base, "", waiter, *names)
                 )
-            tag = reply_tag(reply)
-            if tag == "taken":
+            answer = many_reply(group[0].name, reply)
+            if type(answer) is TakenMany:
                 consumed_from = None
                 writer_of = []  # the script took us off every lock's writers
-                return [int(fence) for fence in reply[2:]], int(reply[1]), sent_at
-            if tag != "busy":
-                raise unexpected(group[0].name, "an acquire", reply)
-            wait_ms = int(reply[1])
-            busy = group[int(reply[2]) - 1]
-            if reply[3] in (b"1", "1") and busy not in writer_of:
+                return answer.fences, answer.acquired_at_us, sent_at
+            wait_ms = answer.wait_ms
+            busy = group[answer.index]
+            if answer.writer and busy not in writer_of:
                 writer_of.append(busy)
             remaining = math.inf if deadline is None else deadline - time.monotonic()
             if not blocking or remaining <= 0:
@@ -691,16 +697,16 @@ def _acquire_group(
                 )
                 if writer_id:
                     writer_of.remove(keys)
-                    yield from wake_steps(keys, reply[1], liveness_ms)
+                    yield from wake_steps(keys, passed_on_reply(keys.name, reply).head, liveness_ms)
                 if woken:
                     consumed_from = keys
             while writer_of:
                 keys = writer_of.pop()
                 reply = yield Call(PASS_ON, keys.all(), ("", liveness_ms, "0", "", waiter))
-                yield from wake_steps(keys, reply[1], liveness_ms)
+                yield from wake_steps(keys, passed_on_reply(keys.name, reply).head, liveness_ms)
             if consumed_from is not None:
                 keys, consumed_from = consumed_from, None
                 reply = yield Call(PASS_ON, keys.all(), ("", liveness_ms, "1", "", ""))
-                yield from wake_steps(keys, reply[1], liveness_ms)
+                yield from wake_steps(keys, passed_on_reply(keys.name, reply).head, liveness_ms)
         except LockError:
             pass
