@@ -44,7 +44,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..exceptions import LockError
 from ..keys import (
@@ -198,7 +198,7 @@ class Listing:
         if query.filters:
             total = len(self._read_index(query.filters).rows)
         else:
-            total = sum(int(reply[1]) + int(reply[2]) for reply in self._every_bucket("#"))
+            total = sum(int(read.entries) + int(read.holds) for read in self._every_bucket("#"))
         if query.high is not None:
             total = min(total, query.high)
         return max(total - query.low, 0)
@@ -218,7 +218,7 @@ class Listing:
                 return policy
         return None
 
-    def _every_bucket(self, mode: str) -> list[Any]:
+    def _every_bucket(self, mode: str) -> list[BucketRead]:
         """:data:`LIST_INDEX`'s reply (``mode`` ``*`` or ``#``) for every bucket, in bucket
         order: one script per bucket, pipelined per node, on a cluster; one script for
         them all on a single server (about twice as fast as 256 pipelined calls)."""
@@ -226,11 +226,13 @@ class Listing:
         driver = self._driver()
         if self.backend.is_cluster:
             calls = [Call(LIST_INDEX, keys, (mode,)) for keys in indexes]
-            return answered(driver.call_many(calls, READ_TIMEOUT))
+            return [BucketRead(*reply) for reply in answered(driver.call_many(calls, READ_TIMEOUT))]
         flat = tuple(key for pair in indexes for key in pair)
-        reply = driver.call(Call(LIST_BUCKETS, flat, (mode,)))
-        now_ms = reply[0]
-        return [(now_ms, reply[i], reply[i + 1]) for i in range(1, len(reply), 2)]
+        now_ms, *per_bucket = driver.call(Call(LIST_BUCKETS, flat, (mode,)))
+        return [
+            BucketRead(now_ms, *pair)
+            for pair in zip(per_bucket[0::2], per_bucket[1::2], strict=True)
+        ]
 
     def _driver(self) -> SyncDriver:
         return SyncDriver(self.backend, None)
@@ -251,18 +253,21 @@ class Listing:
             calls = []
             buckets = list(range(BUCKETS))
         if calls:
-            replies = answered(self._driver().call_many(calls, READ_TIMEOUT))
+            replies = [
+                BucketRead(*reply)
+                for reply in answered(self._driver().call_many(calls, READ_TIMEOUT))
+            ]
         else:
             replies = [] if exact is not None else self._every_bucket("*")
         names: list[Raw] = []
         ends: dict[Raw, int] = {}
         holds: dict[Raw, tuple[Raw, Raw]] = {}
         now_by_bucket: dict[int, int] = {}
-        for bucket, (now_ms, joined, joined_holds) in zip(buckets, replies, strict=True):
-            now = int(now_ms)
-            now_by_bucket[bucket] = now
-            if joined_holds:
-                add_holds(joined_holds, holds, ends)
+        for bucket, read in zip(buckets, replies, strict=True):
+            now_by_bucket[bucket] = int(read.now_ms)
+            if read.holds:
+                add_holds(read.holds, holds, ends)
+            joined = read.entries
             if not joined:
                 continue
             flat = joined.split(b"\0" if isinstance(joined, bytes) else "\0")
@@ -385,6 +390,18 @@ MGET_CHUNK = 1000
 
 
 Raw = bytes | str
+
+
+class BucketRead(NamedTuple):
+    """One bucket's indexes, as :data:`LIST_INDEX` (or :data:`LIST_BUCKETS`, per bucket)
+    answers them: ``'*'``/``'='`` give the joined rows, ``'#'`` their counts."""
+
+    now_ms: Any
+    """The server's clock when it read them."""
+    entries: Any
+    """Exclusive holds: ``name NUL lease_end NUL ...`` (or how many, for ``'#'``)."""
+    holds: Any
+    """Shared and limited holds: ``name NUL token NUL lease_end ...`` (or how many)."""
 
 
 """A name or value as the client returned it. Names stay raw until shown: UTF-8 bytes
