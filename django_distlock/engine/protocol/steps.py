@@ -77,6 +77,7 @@ __all__ = [
     "release_steps",
     "stored_mode",
     "ttl_call",
+    "wake_call",
     "wake_steps",
     "wake_time",
 ]
@@ -167,14 +168,23 @@ def release_steps(
     return released
 
 
+def wake_call(keys: LockKeys, head: Any, liveness_ms: int) -> Call | None:
+    """The call that wakes fair waiter ``head`` (a script's answer: ``b""`` when there is
+    none, and then ``None``). Its list is not among the lock's keys, so it is pushed to
+    apart from the script that named it."""
+    if not head:
+        return None
+    waiter = head.decode() if isinstance(head, bytes) else str(head)
+    return Call(WAKE, (keys.wake(waiter),), (liveness_ms,))
+
+
 def wake_steps(keys: LockKeys, head: Any, liveness_ms: int) -> Generator[Op, Any, None]:
-    """Wake fair waiter ``head`` (a script's answer: ``b""`` when there is none). Its list
-    is not among the lock's keys, so it is pushed to here; losing this push only makes
-    the waiter notice at its next re-check."""
-    if head:
-        waiter = head.decode() if isinstance(head, bytes) else str(head)
+    """Wake fair waiter ``head`` (:func:`wake_call`); losing this push only makes the
+    waiter notice at its next re-check."""
+    call = wake_call(keys, head, liveness_ms)
+    if call is not None:
         with contextlib.suppress(LockError):
-            yield Call(WAKE, (keys.wake(waiter),), (liveness_ms,))
+            yield call
 
 
 def wake_time(sent_at: float, wait_ms: int, remaining: float, tuning: Tuning) -> float:

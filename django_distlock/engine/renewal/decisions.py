@@ -16,8 +16,8 @@ from typing import Any
 from ..exceptions import LockError
 from ..protocol.hold import Event, Hold, LostCause, hold_event, report_loss
 from ..protocol.ops import Call
-from ..protocol.scripts import WAKE
-from ..protocol.steps import extend_call, release_call
+from ..protocol.replies import released_reply
+from ..protocol.steps import extend_call, release_call, wake_call
 
 __all__ = [
     "GIVE_BACK",
@@ -62,12 +62,14 @@ def abandoned_release_call(hold: Hold) -> Call:
 
 
 def wake_calls(hold: Hold, reply: Any) -> list[Call]:
-    """The calls that wake the fair waiter a release named (none when it did not)."""
-    head = reply[1] if isinstance(reply, list | tuple) and len(reply) > 1 else b""
-    if not head:
+    """The calls that wake the fair waiter a release named (none when it did not, or
+    when its reply is of no known shape: the waiter then notices at its next re-check)."""
+    try:
+        head = released_reply(hold.name, reply).head
+    except LockError:
         return []
-    waiter = head.decode() if isinstance(head, bytes) else str(head)
-    return [Call(WAKE, (hold.keys.wake(waiter),), (hold.backend.tuning.waiter_liveness_ms,))]
+    call = wake_call(hold.keys, head, hold.backend.tuning.waiter_liveness_ms)
+    return [] if call is None else [call]
 
 
 def first_renewal(hold: Hold) -> float:
