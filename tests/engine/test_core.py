@@ -18,10 +18,12 @@ from django_distlock.engine.protocol.ops import (
     StartWait,
     Wake,
 )
-from django_distlock.engine.protocol.scripts import ACQUIRE, PASS_ON, RELEASE
+from django_distlock.engine.protocol.scripts import ACQUIRE, MANY_ACQUIRE, PASS_ON, RELEASE
 from django_distlock.engine.protocol.steps import (
     Acquired,
+    GroupRequest,
     NotAcquired,
+    acquire_many_steps,
     acquire_steps,
     owner_metadata,
     release_steps,
@@ -356,3 +358,20 @@ def test_a_pass_on_reply_of_the_wrong_shape_wakes_nobody(reply):
     op = generator.send([b"busy", 60_000, b""])  # someone barged in, and the deadline passed
     assert op.script is PASS_ON
     assert finish(generator, reply) == NotAcquired(60.0)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [[b"busy", 20, 1], [b"busy", 20, b"x", b"0"], [b"taken", 7], [b"taken", 7, b"f"], b"OK"],
+    ids=["busy-no-writer", "busy-not-index", "taken-no-fence", "taken-not-fence", "untagged"],
+)
+def test_a_group_acquire_reply_of_the_wrong_shape_is_a_backend_error(reply):
+    """MANY_ACQUIRE's answer is read by its fields too: a reply of another shape raises
+    LockBackendError, never an IndexError or a ValueError."""
+    request = GroupRequest(TOKEN, 1.5, '{"host":"h"}', False, None, Tuning())
+    generator = acquire_many_steps([[KEYS]], request)
+    assert next(generator).script is MANY_ACQUIRE
+    with pytest.raises(LockBackendError, match="unexpected reply to an acquire"):  # noqa: PT012
+        op = generator.send(reply)
+        while True:  # the clean-up's calls, answered as done
+            op = generator.send(RELEASED if op.script is RELEASE else DONE)
