@@ -2,6 +2,15 @@
 renewal, for sync and async code, and the listing of the locks held. It does not import
 Django: the Django layer (settings, views, commands, events, the admin) is built on it.
 
+Its ``__all__`` is the whole public API, and the Django layer uses nothing else: the lock
+objects (``Lock``, ``LockGroup``) and where they live (``Backend``, ``Tuning``), what an
+observer is told (``Event``, ``Observer``, ``LostCause``), the exceptions, names and
+their checks (``LockKeys``, ``NameTemplate``, the limits and modes), the listing
+(``Listing``, ``LockQuery``, ``Page``, ``LockRecord``, ``force_release``), process and
+test hooks (``forget_after_fork``, ``check_holds_now``, ``BackgroundWorker``), the
+eviction check, and ``TaskClaims``. The rooms below it (``protocol``, ``transport``,
+``listing``, ``renewal``, ``locks``) are its internals: docs/architecture.md draws them.
+
 >>> import redis
 >>> from django_distlock.engine import Backend, Lock
 >>> backend = Backend(redis.Redis(), async_client=redis.asyncio.Redis)
