@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -72,6 +73,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="also the short seeded chaos runs CI leaves out (tests/faults/test_chaos.py)",
     )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if not config.getoption("--server-facing") or not collection_path.is_relative_to(
+        config.rootpath
+    ):
+        return None
+    path = str(collection_path.relative_to(config.rootpath))
+    return None if server_facing.may_hold_server_facing(path) else True
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -93,6 +93,14 @@ def is_server_facing(item: pytest.Item, path: str) -> bool:
     return all(params.get(name, SINGLE) == SINGLE for name in TOPOLOGY_PARAMETERS)
 
 
+def may_hold_server_facing(path: str) -> bool:
+    """False for a test module (``path`` relative to the repository root) that holds no
+    server-facing test, so that the pass does not even import it."""
+    if not path.endswith(".py") or not path.rpartition("/")[2].startswith("test_"):
+        return True
+    return path.startswith(WHOLE) or path.startswith(PROTOCOL)
+
+
 def split(items: Sequence[pytest.Item], root: str) -> tuple[list[pytest.Item], list[pytest.Item]]:
     """``items`` as (server-facing, the others), ``root`` the repository root."""
     kept: list[pytest.Item] = []
