@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -40,6 +41,7 @@ from django.test.utils import override_settings
 from redis.cluster import RedisCluster
 
 from tests.settings import REDIS_URL_ENV_VAR
+from tests.support import server_facing
 from tests.support.events import events_mode
 from tests.support.forking import ForkedChild, fork_child
 from tests.support.hygiene import release_abandoned_holds
@@ -56,6 +58,39 @@ SHARED_DOWN_AFTER_MS = 60_000
 
 _SESSION_SERVER = pytest.StashKey[RedisServer]()
 _CACHES_OVERRIDE = pytest.StashKey[override_settings]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--server-facing",
+        action="store_true",
+        help="run only the tests whose outcome can differ between servers, the engine's on "
+        "the single server (tests/run.py's later passes; the rule: "
+        "tests/support/server_facing.py)",
+    )
+    parser.addoption(
+        "--chaos-more",
+        action="store_true",
+        help="also the short seeded chaos runs CI leaves out (tests/faults/test_chaos.py)",
+    )
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if not config.getoption("--server-facing") or not collection_path.is_relative_to(
+        config.rootpath
+    ):
+        return None
+    path = str(collection_path.relative_to(config.rootpath))
+    return None if server_facing.may_hold_server_facing(path) else True
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--server-facing"):
+        return
+    kept, dropped = server_facing.split(items, str(config.rootpath))
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+    items[:] = kept
 
 
 def pytest_configure(config: pytest.Config) -> None:

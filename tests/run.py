@@ -27,18 +27,15 @@ VENV = ROOT / ".venv"
 PYTHON = VENV / "bin" / "python"
 PYTEST_NO_TESTS_COLLECTED = 5
 SERVER_ENV_VAR = "DISTLOCK_REDIS_SERVER"
-SERVER_FACING = [
-    "tests/engine",
-    "tests/faults",
-    "tests/harness",
-    "tests/test_connections_live.py",
-    "tests/test_topology_clients.py",
-    "tests/test_replica_acknowledgement.py",
-]
-"""What the passes after the first run: the engine, the fault suite, the server harness
-and the tests of the clients settings build. The rest of the Django layer reaches Redis
-only through these, so its tests would repeat on the second server what the first pass
-showed."""
+SERVER_FACING = ["--server-facing"]
+"""What the passes after the first run: the tests whose outcome can differ between
+servers. The rule, and the selection that applies it (``tests/support/server_facing.py``):
+(1) the protocol, the engine's tests that send its scripts and commands and read their
+replies, each once, on the single server; (2) whole, the modules about what a server does
+alone or in a Sentinel or Cluster setup (the harness that starts them, redirects and
+failovers, replication and ``WAIT``, error replies, restarts and expiry). Not again: the
+Django layer, which reaches Redis only through the engine, the client-side fault tests,
+and the seeded chaos and mutation runs."""
 
 
 def run(*command: str | Path) -> None:

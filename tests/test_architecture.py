@@ -165,7 +165,7 @@ def test_no_engine_module_imports_django():
 
 def test_only_the_metrics_backends_import_their_libraries():
     """The engine, and every module that runs with ``DISTLOCK["METRICS"]`` off, work
-    without prometheus_client and opentelemetry (tests/metrics/test_telemetry.py checks
+    without prometheus_client and opentelemetry (tests/telemetry/test_telemetry.py checks
     that a process with metrics off never imports them)."""
     importers = {
         name: sorted(

@@ -1,6 +1,6 @@
 """The lock-events admin: a read-only changelist with filters, search, date hierarchy,
 and a server-rendered chart (events per bucket by kind, wait/hold percentiles) of the
-current filter (the chart's pure functions: ``tests/test_chart.py``)."""
+current filter (the chart's pure functions: ``tests/admin/test_chart.py``)."""
 
 from __future__ import annotations
 

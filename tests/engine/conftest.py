@@ -19,7 +19,6 @@ from tests.support.kind_workers import Topology as KindTopology
 from tests.support.kind_workers import (
     backend_for,
     cluster_target,
-    sentinel_target,
     single_target,
 )
 from tests.support.probe import BackendMaker, Topology, every_topology  # noqa: F401
@@ -84,16 +83,14 @@ def api(request: pytest.FixtureRequest) -> Api:
 @pytest.fixture(params=["single", "cluster"])
 def kind_topology(request: pytest.FixtureRequest) -> Iterator[KindTopology]:
     """The shared single server or the shared cluster, flushed, for worker processes
-    (``tests/support/kind_workers.py``); ``"sentinel"`` by indirect parametrization."""
+    (``tests/support/kind_workers.py``): processes contend on one server and on the
+    cluster, not on Sentinel, whose primary is one server to them (see
+    ``server_and_cluster`` in ``tests/support/probe.py``)."""
     if request.param == "single":
         server = request.getfixturevalue("redis_server")
         with server.client() as client:
             client.flushall()
             yield KindTopology("single", single_target(server.url), client)
-    elif request.param == "sentinel":
-        setup = request.getfixturevalue("sentinel_setup")
-        setup.flushall()
-        yield KindTopology("sentinel", sentinel_target(setup.sentinels, "mymaster"), setup.client())
     else:
         cluster = request.getfixturevalue("cluster_setup")
         cluster.flushall()

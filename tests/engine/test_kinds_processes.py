@@ -53,7 +53,6 @@ def _fences_follow_time(records: list[tuple[int, int, int]]) -> bool:
     return fences == sorted(set(fences))
 
 
-@pytest.mark.parametrize("kind_topology", ["single", "cluster", "sentinel"], indirect=True)
 def test_a_limited_lock_never_admits_more_than_its_limit_and_uses_all_of_it(kind_topology):
     spec = {
         "target": kind_topology.target,

@@ -12,11 +12,13 @@ import pytest
 
 from django_distlock.engine import Lock
 from tests.support.engine import start_worker, stop_worker
+from tests.support.probe import server_and_cluster
 
 PROCESSES = 6
 ITERATIONS = 250
 
 
+@server_and_cluster  # processes: Sentinel's primary is one server to them (see probe.py)
 @pytest.mark.parametrize("fair", [False, True], ids=["unfair", "fair"])
 def test_processes_exclude_each_other(topology, redis_client, fair):
     workers = [

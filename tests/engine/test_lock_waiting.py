@@ -32,7 +32,7 @@ from tests.support.engine import (
     thread_future,
     wait_until,
 )
-from tests.support.probe import single_server_only
+from tests.support.probe import server_and_cluster, single_server_only
 
 # Servers time out blocked clients on their 100 ms tick; a handoff must beat that by far.
 PROMPT = 0.05
@@ -115,6 +115,7 @@ async def test_a_waiter_gets_the_lock_right_after_the_lease_ends(api, make_backe
     assert statistics.median(lateness) < PROMPT, lateness
 
 
+@server_and_cluster  # a worker process: Sentinel's primary is one server to it (probe.py)
 async def test_a_waiter_takes_over_promptly_from_a_crashed_process(
     api, backend, topology, redis_client
 ):

@@ -462,6 +462,7 @@ def test_a_closed_event_loop_that_used_locks_can_be_collected(
     assert redis_client.exists(lock_key("loops")) == 0
 
 
+@single_server_only  # its lock is on redis_server whatever the topology: it has no other
 def test_a_closed_event_loop_is_not_kept_alive_by_a_hold_it_never_released(
     redis_server, redis_client
 ):

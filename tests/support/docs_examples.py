@@ -75,7 +75,7 @@ RUN_ELSEWHERE = {
     "echo $?": "the exit status of the command before it, shown in its output",
     "celery -A proj": "tests/celery/ runs real celery worker and beat processes",
     "mkdir -p /run/myproject/prometheus": "a gunicorn deployment's set-up; "
-    "tests/metrics/test_multiprocess.py runs worker processes in multiprocess mode",
+    "tests/telemetry/test_multiprocess.py runs worker processes in multiprocess mode",
     "PROMETHEUS_MULTIPROC_DIR=/run/myproject/prometheus gunicorn": "the same",
     "manage.py db_worker": "tests/tasks/test_workers.py runs db_worker processes "
     "(tests/support/task_workers.py)",
@@ -108,7 +108,7 @@ NOT_CODE = {
         "docs/metrics.md",
         "?: (django_distlock.E006) DISTLOCK['METRICS'] enables 'prometheus', but "
         "prometheus_client is not installed",
-    ): "manage.py check output (tests/metrics/test_telemetry.py checks the message)",
+    ): "manage.py check output (tests/telemetry/test_telemetry.py checks the message)",
 }
 
 

@@ -1,4 +1,4 @@
-"""A worker process for the Prometheus multiprocess test (``tests/metrics/test_multiprocess
+"""A worker process for the Prometheus multiprocess test (``tests/telemetry/test_multiprocess
 .py``), started with ``multiprocessing``'s spawn method: a fresh interpreter that sets
 Django up from ``DJANGO_SETTINGS_MODULE`` and reaches the suite's Redis through
 ``DISTLOCK_TEST_REDIS_URL`` (both inherited from the test process), with

@@ -4,12 +4,13 @@ A behaviour test asks for the ``topology`` fixture (directly, or through ``backe
 ``make_backend`` or ``redis_client``) and, where :func:`every_topology` is that fixture
 (``tests/engine/``, ``tests/test_heldlocks.py``), runs once on each of
 :data:`TOPOLOGIES`: the session's single server, its Sentinel setup and its Cluster
-(``tests/conftest.py``). :data:`single_server_only` and :data:`one_primary_only` narrow
-that for a test. A :class:`Topology` opens the clients of each (``probe()`` for the
-test's own reads and writes, :class:`BackendMaker` for the engine's ``Backend``), flushes
-every primary, names it for the Django settings (:meth:`Topology.distlock_settings`) and
-for worker processes (:meth:`Topology.target`, read back by :func:`backend_for_target`
-and :func:`probe_for_target`).
+(``tests/conftest.py``). :data:`single_server_only`, :data:`server_and_cluster` (tests of
+contending processes) and :data:`one_primary_only` narrow that for a test. A
+:class:`Topology` opens the clients of each (``probe()`` for the test's own reads and
+writes, :class:`BackendMaker` for the engine's ``Backend``), flushes every primary, names
+it for the Django settings (:meth:`Topology.distlock_settings`) and for worker processes
+(:meth:`Topology.target`, read back by :func:`backend_for_target` and
+:func:`probe_for_target`).
 
 Keys of one lock share a slot, so single-key and same-lock commands work on a cluster
 probe as on one server. Commands a cluster client sends to one node only (``KEYS``,
@@ -52,6 +53,7 @@ __all__ = [
     "every_topology",
     "one_primary_only",
     "probe_for_target",
+    "server_and_cluster",
     "single_server_only",
     "topology_of",
 ]
@@ -67,6 +69,14 @@ single_server_only = pytest.mark.parametrize("topology", [SINGLE], indirect=True
 """For a test that uses the topology-aware fixtures but is about one server (it kills,
 pauses or restarts it, counts its commands, puts a proxy in front of its port, forks
 with its port, or tests a client of one server): it runs on the single server only."""
+
+server_and_cluster = pytest.mark.parametrize("topology", [SINGLE, CLUSTER], indirect=True)
+"""For a test of processes contending for locks (workers started with
+:meth:`Topology.target`): it runs on the single server and on the cluster, not on
+Sentinel. To processes contending on it, the Sentinel setup is one primary, as the single
+server is: what Sentinel adds is how a client finds that primary, which the in-process
+tests on Sentinel check (and the failover tests of ``tests/faults/``). The cluster stays:
+there a lock's keys, and a group's names, live on several primaries."""
 
 one_primary_only = pytest.mark.parametrize("topology", [SINGLE, SENTINEL], indirect=True)
 """For a behaviour that only a deployment with one primary can have (the key layout before

@@ -1,4 +1,4 @@
-"""Programs for the ``distlock run`` tests (``tests/test_supervisor.py`` and
+"""Programs for the ``distlock run`` tests (``tests/commands/test_supervisor.py`` and
 ``tests/management/commands/test_distlock.py``): a shell script whose child keeps working,
 the case a supervisor that signals or waits for one PID gets wrong."""
 

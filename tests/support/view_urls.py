@@ -1,5 +1,5 @@
-"""Guarded views and their URLs for the view tests (``tests/test_views.py``,
-``test_view_guard.py``, ``test_responses.py``).
+"""Guarded views and their URLs for the view tests (``tests/views/test_views.py``,
+``tests/views/test_guard.py``, ``tests/views/test_responses.py``).
 
 Every guarded view answers with the locks held while it ran (name -> context label),
 read from Redis, so tests see what the guard really held.

@@ -1,1 +1,1 @@
-"""Example ``LockedCommand`` subclasses used by tests/test_lockedcommand.py."""
+"""Example ``LockedCommand`` subclasses used by tests/commands/test_locked.py."""

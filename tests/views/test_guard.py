@@ -71,7 +71,7 @@ def test_template_field_the_view_cannot_receive_fails_at_decoration():
 
     with pytest.raises(ImproperlyConfigured, match=r"\{pk\}.*no argument 'pk'") as info:
         lock_view("invoice:{pk}")(view)
-    assert "tests.test_view_guard" in str(info.value)
+    assert "tests.views.test_guard" in str(info.value)
 
 
 def test_missing_url_kwarg_is_improperly_configured_naming_field_and_view(client, redis_client):

@@ -223,7 +223,7 @@ def test_mixin_works_with_any_base_command_subclass(redis_client):
         lock_name = "subclassed"
 
     out, _ = _run(Command())
-    assert out == "base manage.py test_lockedcommand\n"
+    assert out == "base manage.py test_locked\n"
 
 
 def test_a_command_name_too_long_for_a_context_label_is_cut_to_fit(redis_client):

@@ -1,5 +1,5 @@
 """``lock_view`` and ``LockViewMixin`` through Django's test clients, against real Redis:
-holding, waiting, leaving, and what decoration does (names: ``test_view_guard.py``;
+holding, waiting, leaving, and what decoration does (names: ``test_guard.py``;
 the 423 and 503 answers: ``test_responses.py``)."""
 
 from __future__ import annotations
@@ -185,7 +185,8 @@ def test_lock_view_on_as_view_uses_the_class_path(rf, redis_client):
     view = lock_view("plain")(Plain.as_view())
     response = view(rf.get("/"))
     assert json.loads(response.content) == {
-        "plain": "tests.test_views.test_lock_view_on_as_view_uses_the_class_path.<locals>.Plain"
+        "plain": "tests.views.test_views.test_lock_view_on_as_view_uses_the_class_path"
+        ".<locals>.Plain"
     }
 
 

@@ -1,5 +1,5 @@
 """``django_distlock.events``: what each ``EVENTS`` mode records, pruning, and force
-releases (the writer thread: ``test_eventwriter.py``; the rows: ``test_eventrows.py``)."""
+releases (the writer thread: ``test_writer.py``; the rows: ``test_rows.py``)."""
 
 from __future__ import annotations
 
