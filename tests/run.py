@@ -21,8 +21,11 @@ passed through (with arguments, every pass runs what they select):
 ``DISTLOCK_REDIS_SERVER=PATH`` runs one pass (Python 3.11) on that binary instead. Exits
 with the first failing pass's exit code, except that "no tests collected" (5) counts as a
 failure and death by signal N gives 128 + N, as in a shell. Stdlib only, so it runs on a
-fresh machine with nothing but Python 3.11+ and pip. The wider matrix (the lowest redis-py,
-Valkey 9) is ``noxfile.py``.
+fresh machine with nothing but Python 3.11+ and pip.
+
+``python3 tests/run.py --matrix [nox args]`` runs the version matrix of ``noxfile.py``
+instead (the lowest and newest redis-py; Redis 7, Valkey 8 and Valkey 9) after providing
+what it needs: see :func:`run_matrix`.
 """
 
 from __future__ import annotations
@@ -129,23 +132,33 @@ def python_version(python: str | Path) -> str | None:
     return result.stdout.strip() if result.returncode == 0 else None
 
 
-def second_python_candidates() -> list[str]:
-    """Where a Python 3.13 (or 3.12) may be, best first: ``PATH``, pyenv's versions, the
-    one :func:`build_python313` builds."""
-    found = [shutil.which(f"python{version}") for version in SECOND_PYTHONS]
+def python_candidates(version: str) -> list[str]:
+    """Where a Python ``version`` (``"3.13"``) may be: ``PATH``, pyenv's versions, the one
+    :func:`build_python313` builds, this script's own."""
     pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
-    for version in SECOND_PYTHONS:
-        found += sorted(glob.glob(f"{pyenv}/{version}.*/bin/python{version}"), reverse=True)
-    found.append(str(BUILT_PYTHON))
+    found = [
+        shutil.which(f"python{version}"),
+        *sorted(glob.glob(f"{pyenv}/{version}.*/bin/python{version}"), reverse=True),
+        str(BUILT_PYTHON),
+        sys.executable,
+    ]
     return [candidate for candidate in found if candidate and Path(candidate).exists()]
 
 
+def find_python(version: str) -> str | None:
+    """A Python ``version`` (``"3.13"``), each candidate checked by running it."""
+    for candidate in python_candidates(version):
+        if python_version(candidate) == version:
+            return candidate
+    return None
+
+
 def find_second_python() -> str | None:
-    """The best interpreter for the Django 6.0 pass, each candidate checked by running it."""
+    """The best interpreter for the Django 6.0 pass: a 3.13, else a 3.12."""
     for version in SECOND_PYTHONS:
-        for candidate in second_python_candidates():
-            if python_version(candidate) == version:
-                return candidate
+        found = find_python(version)
+        if found is not None:
+            return found
     return None
 
 
@@ -364,9 +377,37 @@ def describe(python: Path) -> str:
     ).stdout.strip()
 
 
+def run_matrix(nox_args: list[str]) -> int:
+    """``tests/run.py --matrix [nox args]``: provide what ``noxfile.py`` needs (nox in
+    ``.venv``, Python 3.11 and 3.13 on ``PATH`` as ``python3.11``/``python3.13``, Redis 7,
+    Valkey 9), then run nox: every session unless the arguments choose."""
+    ensure_venv()
+    install_project(PYTHON, DJANGO_5)
+    install_browser()
+    install_postgresql()
+    install_redis()
+    build_valkey9()
+    links = CACHE / "bin"
+    links.mkdir(parents=True, exist_ok=True)
+    for version in ("3.11", "3.13"):
+        target = find_python(version) or (build_python313() if version == "3.13" else None)
+        if target is None:
+            sys.exit(f"tests/run.py: the matrix needs Python {version}; install it")
+        link = links / f"python{version}"
+        link.unlink(missing_ok=True)
+        link.symlink_to(target)
+    env = {**os.environ, "PATH": f"{links}{os.pathsep}{os.environ.get('PATH', '')}"}
+    started = time.monotonic()
+    code = subprocess.call([VENV / "bin" / "nox", "-f", ROOT / "noxfile.py", *nox_args], env=env)
+    print(f"tests/run.py: the matrix took {time.monotonic() - started:.0f} s", flush=True)
+    return code
+
+
 def main(args: list[str]) -> int:
     if sys.version_info < (3, 11):  # noqa: UP036 (run by whatever python3 is on PATH)
         sys.exit("tests/run.py needs Python 3.11 or newer.")
+    if args[:1] == ["--matrix"]:
+        return run_matrix(args[1:])
     second = os.environ.get(SECOND_PASS_ENV_VAR) or SECOND_PASSES[0]
     if second not in SECOND_PASSES:
         sys.exit(f"tests/run.py: {SECOND_PASS_ENV_VAR} is one of {', '.join(SECOND_PASSES)}")

@@ -11,10 +11,16 @@ import tarfile
 import tomllib
 import zipfile
 
+import pytest
+
 import django_distlock
 import noxfile
 from tests.packaging.conftest import Built
 from tests.support import REPO_ROOT
+
+# Building (an isolated build environment from the index) and installing into a new venv
+# take minutes on a busy 2-core machine, and the fixtures count in the timeout.
+pytestmark = pytest.mark.timeout(900)
 
 
 def _project() -> dict:

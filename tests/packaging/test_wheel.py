@@ -17,6 +17,11 @@ from tests.packaging.conftest import Built
 from tests.support import REPO_ROOT
 from tests.support.redis_servers import RedisServer
 
+# Building (an isolated build environment from the index) and installing into a new venv
+# take minutes on a busy 2-core machine, and the fixtures count in the timeout.
+pytestmark = pytest.mark.timeout(900)
+
+
 # Run inside the demo's settings, from the installed wheel: the index page, then an invoice
 # paid under its lock, which stores the lock's fence.
 SMOKE_SCRIPT = r"""
