@@ -201,7 +201,9 @@ def unpack_source_package(package: str, suite: str, into: Path) -> Path:
     unpacked directory."""
     into.mkdir(parents=True, exist_ok=True)
     run("apt-get", "source", "--download-only", f"{package}/{suite}", cwd=into)
-    tarballs = sorted(into.glob(f"{package}_*.orig.tar.*"))
+    tarballs = sorted(
+        path for path in into.glob(f"{package}_*.orig.tar.*") if path.suffix != ".asc"
+    )
     if not tarballs:
         sys.exit(f"tests/run.py: apt-get source {package} left no upstream tarball in {into}")
     with tarfile.open(tarballs[-1]) as tarball:

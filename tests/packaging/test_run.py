@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -81,3 +83,22 @@ def test_without_a_python_313_or_root_it_says_what_to_install(
     monkeypatch.setattr(run.os, "geteuid", lambda: 1000)
     with pytest.raises(SystemExit, match=r"install Python 3\.13 .*DISTLOCK_SECOND_PASS=redis7"):
         run.build_python313()
+
+
+def test_the_upstream_tarball_is_unpacked_not_its_signature(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``apt-get source`` leaves ``X.orig.tar.xz`` and its signature ``X.orig.tar.xz.asc``,
+    which sorts after it (the first build tried to unpack the signature)."""
+    source = tmp_path / "Python-3.13.5"
+    _script(source / "configure", "#!/bin/sh\n")
+    with tarfile.open(tmp_path / "python3.13_3.13.5.orig.tar.xz", "w:xz") as tarball:
+        tarball.add(source, arcname=source.name)
+    shutil.rmtree(source)
+    (tmp_path / "python3.13_3.13.5.orig.tar.xz.asc").write_text("-----BEGIN PGP SIGNATURE")
+    asked = []
+    monkeypatch.setattr(run, "run", lambda *command, cwd: asked.append((command, cwd)))
+    unpacked = run.unpack_source_package("python3.13", "trixie", tmp_path)
+    assert asked == [(("apt-get", "source", "--download-only", "python3.13/trixie"), tmp_path)]
+    assert unpacked == source
+    assert (unpacked / "configure").is_file()
