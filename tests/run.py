@@ -93,7 +93,7 @@ SERVER_FACING = [
     "tests/test_topology_clients.py",
     "tests/test_replica_acknowledgement.py",
 ]
-"""What the passes after the first run: the engine, the fault suite, the server harness
+"""What the ``redis7`` second pass runs: the engine, the fault suite, the server harness
 and the tests of the clients settings build. The rest of the Django layer reaches Redis
 only through these, so its tests would repeat on the second server what the first pass
 showed."""
