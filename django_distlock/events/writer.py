@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 from collections import deque
+from typing import TYPE_CHECKING
 
 from django.db import connections
 from django.utils import timezone
@@ -52,6 +53,9 @@ from .rows import (
     insert,
     write_in_batches,
 )
+
+if TYPE_CHECKING:
+    from django.db.backends.base.base import BaseDatabaseWrapper
 
 __all__ = [
     "BufferedEventWriter",
@@ -288,7 +292,7 @@ def write_now(item: Item) -> None:
             insert([item], alias)
         finally:
             if opened_here and not connection.in_atomic_block:
-                connection.close()
+                _close_fully(connection)
     except Exception as error:  # noqa: BLE001 - never break the lock
         _sync_losses.failed(1, describe_failure(error, item[0]))
         _sync_losses.report()
@@ -303,10 +307,16 @@ def _close_thread_connections() -> None:
     own: closing it loses nothing another thread sees (Django's test databases in memory
     are shared-cache)."""
     for connection in connections.all(initialized_only=True):
-        connection.close()
-        if connection.connection is not None:
-            connection.connection.close()
-            connection.connection = None
+        _close_fully(connection)
+
+
+def _close_fully(connection: BaseDatabaseWrapper) -> None:
+    """Close this thread's ``connection``, an SQLite database in memory too (whose
+    ``close()`` Django makes a no-op: see :func:`_close_thread_connections`)."""
+    connection.close()
+    if connection.connection is not None:
+        connection.connection.close()
+        connection.connection = None
 
 
 def _forget_writer_after_fork() -> None:

@@ -60,8 +60,9 @@ HEADER = re.compile(r"^# (?P<path>[\w/]+\.py)\s*$")
 RUN_ELSEWHERE = {
     "python3 testproject/demo.py": "tests/test_demo.py starts the demo and requests its pages",
     "python3 tests/run.py": ".ci/run is this command",
-    "git clone https://github.com/django-distlock/": "fetches the checkout that tests/run.py"
-    " runs in",
+    "python -m build ./django-distlock": "tests/packaging/conftest.py builds the checkout so",
+    "pip install ./django-distlock/dist/": "tests/packaging/test_wheel.py installs the built "
+    "wheel into a clean venv",
     "pip install -e ./django-distlock": "an install from a checkout; tests/run.py installs"
     " the same way (pip install -e .[test]) before running this suite",
     'pip install -e "./django-distlock[': "an install from a checkout with extras; "
