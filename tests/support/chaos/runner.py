@@ -81,6 +81,9 @@ class RunConfig:
     """A deliberately broken lock the clients run with (:data:`.mutants.MUTANTS`)."""
     hold_seconds: tuple[float, float] | None = None
     """How long a hold works before its write (default: :data:`.workloads.HOLD_SECONDS`)."""
+    each_own_fault: bool = False
+    """Meet each of the topology's own faults (``ChaosSite.own_kinds``: a failover, a
+    slot migration) at least once, whatever the seed draws (``schedule(at_least_once=)``)."""
 
 
 @dataclass
@@ -158,6 +161,8 @@ def replay_command(config: RunConfig) -> str:
         command += ["--mutant", config.mutant]
     if config.hold_seconds is not None:
         command += ["--hold-seconds", ",".join(map(str, config.hold_seconds))]
+    if config.each_own_fault:
+        command.append("--each-own-fault")
     return shlex.join(command)
 
 
@@ -296,7 +301,13 @@ def run(config: RunConfig, directory: Path | None = None) -> RunResult:
         if config.faults is not None
         else fault_kinds(site, caller=config.caller_faults)
     )
-    plan = schedule(config.seed, kinds, config.seconds, mean_gap=config.mean_gap)
+    plan = schedule(
+        config.seed,
+        kinds,
+        config.seconds,
+        mean_gap=config.mean_gap,
+        at_least_once=site.own_kinds if config.each_own_fault else (),
+    )
     database = directory / "registers.sqlite3"
     pool = _ClientPool(config, site, directory)
     nemesis: Nemesis | None = None
@@ -461,6 +472,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--mutant", help="a broken lock (tests/support/chaos/mutants.py)")
     parser.add_argument("--hold-seconds", help="LOW,HIGH: how long a hold works")
+    parser.add_argument(
+        "--each-own-fault",
+        action="store_true",
+        help="meet each of the topology's own faults (failover, slot migration) at least once",
+    )
     options = parser.parse_args(argv)
     config = RunConfig(
         topology=options.topology,
@@ -474,6 +490,7 @@ def main(argv: list[str] | None = None) -> None:
         min_replicas=options.min_replicas,
         mutant=options.mutant,
         hold_seconds=_seconds_range(options.hold_seconds) if options.hold_seconds else None,
+        each_own_fault=options.each_own_fault,
     )
     result = run(config)
     for fault in result.faults:
