@@ -50,7 +50,9 @@ class LockGroup(LockContext):
 
     The names may come in any order and are taken in one global order, so callers
     passing the same names in different orders never deadlock. Options are those of
-    :class:`Lock` that make sense for several names (each name gets them). Every name
+    :class:`Lock` that make sense for several names (each name gets them;
+    ``min_replicas``: each of the group's scripts waits for replicas as one lock's
+    acquire does, and a group too few acknowledged is given back whole). Every name
     is an ordinary exclusive hold once taken: ``group.locks[name]`` is its
     :class:`Lock` (fence, ``lost``, ``ttl()``...), and it can be waited on by a plain
     ``Lock`` of the same name.
