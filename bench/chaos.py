@@ -20,7 +20,10 @@ server) at least once (``--each-own-fault`` of the runner). The replay command, 
 run's own seed, is printed with each table; the summary flags a topology whose runs drew
 none of one of its own faults. ``--json FILE`` appends each run's figures to FILE, one
 JSON object a line, and ``--summarize FILE`` prints the summary tables of such a file
-(runs made by several invocations, say one per topology).
+(runs made by several invocations, say one per topology). ``--rejudge FILE`` judges the
+runs of such a file again from the directories they left (the checker and liveness
+invariants of the current tree; ``tests.support.chaos.runner.load_result``), prints each
+run's table and the summary, and with ``--json OUT`` writes their figures to OUT.
 
 Per run: operations by kind and outcome, faults by kind, unexcused violations by type
 (the checker's, ``tests/support/checker.py``, and the liveness invariants',
@@ -58,7 +61,13 @@ from run import cpu_model, engine_digest, git_commit, load  # noqa: E402
 from stats import fmt, percentile, table  # noqa: E402
 
 from tests.support.chaos.measures import takeover_times  # noqa: E402
-from tests.support.chaos.runner import RunConfig, RunResult, min_replicas_option, run  # noqa: E402
+from tests.support.chaos.runner import (  # noqa: E402
+    RunConfig,
+    RunResult,
+    load_result,
+    min_replicas_option,
+    run,
+)
 from tests.support.chaos.sites import SITES  # noqa: E402
 from tests.support.chaos.workloads import KINDS  # noqa: E402
 from tests.support.redis_servers import find_server_binary  # noqa: E402
@@ -330,6 +339,32 @@ def header(argv: list[str]) -> str:
     )
 
 
+def rejudge(source: Path, out: Path | None) -> None:
+    """Judge the runs of ``source`` (a ``--json`` file) again from their directories."""
+    all_runs = []
+    for line in source.read_text().splitlines():
+        if not line:
+            continue
+        old = Figures(**json.loads(line))
+        config = RunConfig(
+            old.topology,
+            old.kind,
+            seed=old.seed,
+            seconds=old.seconds,
+            fenced=old.fenced,
+            caller_faults=old.caller_faults,
+            min_replicas=old.min_replicas,
+            each_own_fault="--each-own-fault" in old.replay,
+        )
+        run_figures = figures(load_result(Path(old.directory), config, old.errors))
+        all_runs.append(run_figures)
+        print(report(run_figures, config.lease), flush=True)
+        if out is not None:
+            with out.open("a") as file:
+                file.write(json.dumps(asdict(run_figures)) + "\n")
+    print(summary(all_runs), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     length = parser.add_mutually_exclusive_group(required=True)
@@ -339,6 +374,12 @@ def main() -> None:
     )
     length.add_argument(
         "--summarize", type=Path, metavar="FILE", help="print the summary of a --json file only"
+    )
+    length.add_argument(
+        "--rejudge",
+        type=Path,
+        metavar="FILE",
+        help="judge the runs of a --json file again from their saved directories",
     )
     parser.add_argument("--seed", type=int)
     parser.add_argument("--topology", action="append", choices=sorted(SITES))
@@ -362,6 +403,9 @@ def main() -> None:
     if options.summarize is not None:
         lines = options.summarize.read_text().splitlines()
         print(summary([Figures(**json.loads(line)) for line in lines if line]))
+        return
+    if options.rejudge is not None:
+        rejudge(options.rejudge, options.json)
         return
     if options.seed is None:
         parser.error("--seed is required")

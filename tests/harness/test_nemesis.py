@@ -5,19 +5,24 @@ of 2026-11-28 drew no failover at all, since every kind of a topology shared one
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
+import json
 import shlex
 import sys
 from collections import Counter
+from pathlib import Path
 from types import ModuleType
 
 import pytest
 
 from tests.support import REPO_ROOT
-from tests.support.chaos.nemesis import CALLER_FAULTS, CLIENT_FAULTS, schedule
-from tests.support.chaos.runner import RunConfig, replay_command
+from tests.support.chaos.nemesis import CALLER_FAULTS, CLIENT_FAULTS, Fault, schedule
+from tests.support.chaos.runner import RunConfig, load_result, replay_command
 from tests.support.chaos.sites import SITES
 from tests.support.chaos.workloads import KINDS
+from tests.support.history import Operation, write_history
+from tests.support.liveness import Sample
 
 SENTINEL_KINDS = [*CLIENT_FAULTS, *SITES["sentinel"].fault_kinds, *CALLER_FAULTS]
 
@@ -121,3 +126,41 @@ def test_the_summary_flags_a_topology_that_drew_none_of_its_own_faults(
     runs.append(figures("fair", {"slot-migration": 1}))
     assert bench_chaos.missing_own_faults("cluster", runs) == []
     assert "drew no" not in bench_chaos.summary(runs)
+
+
+def test_a_saved_run_is_loaded_to_be_judged_again(tmp_path: Path) -> None:
+    """``load_result``: what a run left in its directory, its processes read from
+    ``processes.json`` or, for a run saved before it existed, rebuilt from its records."""
+    history = [
+        Operation("c1", 1, "acquire", "lock", 1.0, 1.1, "ok", token="t1"),
+        Operation("c1", 1, "release", "lock", 1.5, 1.6, "ok", token="t1"),
+        Operation("final", 0, "read", "lock", 9.0, 9.0, "ok", value=1, extra={"final": True}),
+    ]
+    write_history(tmp_path / "merged.history", history)
+    faults = [
+        Fault("client-pause", "c1", 2.0, 2.5, reaches=("c1",)),
+        Fault("client-kill", "c1", 3.0, 3.1, reaches=("c1",)),
+    ]
+    (tmp_path / "faults.json").write_text(json.dumps([fault.to_dict() for fault in faults]))
+    samples = [Sample("lock", 1.2, 1.21, (("t1", 77),)), Sample("lock", 1.7, 1.71, ())]
+    (tmp_path / "samples.json").write_text(json.dumps([dataclasses.asdict(s) for s in samples]))
+    config = RunConfig("single", "mutex", seed=1)
+
+    rebuilt = load_result(tmp_path, config, ["an error"])
+    assert rebuilt.history == history
+    assert rebuilt.samples == samples
+    assert rebuilt.final == {"lock": 1}
+    assert rebuilt.errors == ["an error"]
+    assert (rebuilt.pids, rebuilt.killed, rebuilt.paused) == (
+        {77: "c1"},
+        {"c1": 3.0},
+        {"c1": [(2.0, 2.5)]},
+    )
+    processes = {"pids": {"77": "c1"}, "killed": {"c1": 3.05}, "paused": {"c1": [[2.01, 2.49]]}}
+    (tmp_path / "processes.json").write_text(json.dumps(processes))
+    saved = load_result(tmp_path, config)
+    assert (saved.pids, saved.killed, saved.paused) == (
+        {77: "c1"},
+        {"c1": 3.05},
+        {"c1": [(2.01, 2.49)]},
+    )

@@ -40,6 +40,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,11 +50,18 @@ from tests.support.chaos.nemesis import Fault, Nemesis, fault_kinds, schedule
 from tests.support.chaos.registers import accepted_writes, final_values
 from tests.support.chaos.sites import SITES, ChaosSite
 from tests.support.chaos.workloads import client_spec, register_names
-from tests.support.checker import Report, check
+from tests.support.checker import PAUSE_FAULTS, Report, check
 from tests.support.history import PENDING, Operation, read_history, write_history
 from tests.support.liveness import Bounds, LivenessReport, Probe, Sample, check_liveness
 
-__all__ = ["RunConfig", "RunResult", "min_replicas_option", "replay_command", "run"]
+__all__ = [
+    "RunConfig",
+    "RunResult",
+    "load_result",
+    "min_replicas_option",
+    "replay_command",
+    "run",
+]
 
 _START_SECONDS = 30.0  # a client process importing Django and connecting
 _FINISH_SECONDS = 30.0  # past the run's end, for a client's last hold
@@ -352,6 +361,8 @@ def run(config: RunConfig, directory: Path | None = None) -> RunResult:
     (directory / "faults.json").write_text(json.dumps([fault.to_dict() for fault in faults]))
     samples = probe.samples if probe is not None else []
     (directory / "samples.json").write_text(json.dumps([dataclasses.asdict(s) for s in samples]))
+    processes = {"pids": pool.pids, "killed": pool.killed, "paused": pool.paused}
+    (directory / "processes.json").write_text(json.dumps(processes))
     return RunResult(
         config,
         history,
@@ -423,6 +434,55 @@ def _merge(
         )
     merged.sort(key=lambda operation: (operation.start, operation.end))
     return merged
+
+
+def load_result(directory: Path, config: RunConfig, errors: Sequence[str] = ()) -> RunResult:
+    """The :class:`RunResult` a run left in ``directory``, to judge it again with the
+    checker and liveness invariants of today. Its client processes (pids, kills, pauses)
+    are read from ``processes.json``; a run saved before that file existed has them
+    rebuilt: each pid's client from the tokens the probe saw and the clients recorded,
+    kills and pauses from the nemesis' faults (their start, a moment before the signal)."""
+    history = read_history([directory / "merged.history"])
+    faults = [Fault(**fault) for fault in json.loads((directory / "faults.json").read_text())]
+    samples = [
+        dataclasses.replace(
+            Sample(**sample),
+            holders=None if sample["holders"] is None else tuple(map(tuple, sample["holders"])),
+        )
+        for sample in json.loads((directory / "samples.json").read_text())
+    ]
+    final = {op.lock: op.value for op in history if op.client == "final" and op.value is not None}
+    saved = directory / "processes.json"
+    if saved.exists():
+        processes = json.loads(saved.read_text())
+        pids = {int(pid): client for pid, client in processes["pids"].items()}
+        killed = processes["killed"]
+        paused = {name: [(a, b) for a, b in spans] for name, spans in processes["paused"].items()}
+    else:
+        client_of = {op.token: op.client for op in history if op.token}
+        pids = {
+            pid: client_of[token]
+            for sample in samples
+            for token, pid in sample.holders or ()
+            if token in client_of and pid is not None
+        }
+        killed = {fault.target: fault.start for fault in faults if fault.kind == "client-kill"}
+        paused: defaultdict[str, list[tuple[float, float]]] = defaultdict(list)
+        for fault in faults:
+            if fault.kind in PAUSE_FAULTS:
+                paused[fault.target].append((fault.start, fault.end))
+    return RunResult(
+        config,
+        history,
+        faults,
+        final,
+        directory,
+        list(errors),
+        samples=samples,
+        pids=pids,
+        killed=killed,
+        paused=dict(paused),
+    )
 
 
 def _killed(operations: list[Operation], killed_at: float) -> list[Operation]:
