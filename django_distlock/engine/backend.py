@@ -28,7 +28,7 @@ from .loop_routes import LoopRoutes
 from .modes import EXCLUSIVE
 from .replication import ReplicaCounts
 from .servers import AsyncRoutes, Routes, Server
-from .tuning import Tuning
+from .tuning import Tuning, ms
 
 __all__ = ["Backend", "Event", "Observer"]
 
@@ -156,6 +156,12 @@ class Backend:
     def __repr__(self) -> str:
         kind = "cluster" if self.is_cluster else "server"
         return f"<Backend prefix={self.prefix!r} {kind}>"
+
+    def acknowledgement(self, min_replicas: int | str | None) -> tuple[int | str, int] | None:
+        """The ``WAIT`` an acquire asks for (replica count, timeout in ms) given a lock's
+        ``min_replicas`` (``None``: this backend's), or ``None`` for no ``WAIT``."""
+        count = self.min_replicas if min_replicas is None else min_replicas
+        return (count, ms(self.replica_timeout)) if count else None
 
     @property
     def client(self) -> redis.Redis | redis.cluster.RedisCluster:

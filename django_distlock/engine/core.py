@@ -16,16 +16,18 @@ import json
 import os
 import random
 import socket
+import time
 from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
-from .exceptions import LockError
+from .exceptions import LockBackendUnavailable, LockError
 from .hold import Hold
 from .keys import LockKeys, clean_label
 from .modes import EXCLUSIVE, LIMITED, SHARED
-from .ops import Call, Op
+from .ops import Call, Op, Replicated
 from .replies import released_reply
+from .requests import interrupted
 from .scripts import (
     EXTEND,
     HOLDER_EXTEND,
@@ -43,6 +45,8 @@ __all__ = [
     "AcquiredMany",
     "NotAcquired",
     "NotReplicated",
+    "RideOut",
+    "acknowledged",
     "extend_call",
     "holder_member",
     "new_token",
@@ -81,11 +85,58 @@ class AcquiredMany:
 @dataclass(slots=True)
 class NotReplicated:
     """The lock was taken, then given back: only ``acknowledged`` of ``required``
-    replicas confirmed it in time."""
+    replicas confirmed it in time. ``name``: for a group, the name of the first lock of
+    the script that was not confirmed (``""`` for one lock)."""
 
     acknowledged: int
     required: int
     timeout_ms: int
+    name: str = ""
+
+
+def acknowledged(
+    reply: Any, replicas: tuple[int | str, int] | None
+) -> tuple[Any, NotReplicated | None]:
+    """An acquire script's reply, unwrapped from its :class:`~.ops.Replicated`, and a
+    :class:`NotReplicated` when fewer replicas acknowledged it than it waited for."""
+    if type(reply) is not Replicated:
+        return reply, None
+    if reply.acknowledged < reply.required and replicas is not None:
+        return reply.reply, NotReplicated(reply.acknowledged, reply.required, replicas[1])
+    return reply.reply, None
+
+
+@dataclass(slots=True)
+class RideOut:
+    """How one acquire rides out a failover, the same for one lock and a group: an
+    attempt the primary changed under (a planned failover unblocked its ``WAIT``, or the
+    demoted primary refused it), a wait a failover ended, or a lock too few replicas
+    acknowledged (the old primary lost its replica first) is tried again, every
+    ``Tuning.failover_pause``, for up to ``Tuning.failover_ride_out`` seconds from the
+    first, never past the acquire's deadline."""
+
+    tuning: Tuning
+    deadline: float | None
+    """Monotonic time the acquire stops waiting at, ``None`` for never."""
+    until: float | None = None
+    """A ride-out runs: retries go on until then."""
+
+    def start(self) -> None:
+        """A failover was met (a wait it ended): ride it out from now."""
+        until = time.monotonic() + self.tuning.failover_ride_out
+        self.until = until if self.deadline is None else min(until, self.deadline)
+
+    def riding(self, met: bool) -> bool:
+        """Whether a failover is being ridden out now; ``met``: this attempt met one (the
+        ride-out starts unless one runs already)."""
+        if met and self.until is None:
+            self.start()
+        return self.until is not None and time.monotonic() < self.until
+
+    def primary_changed(self, error: LockBackendUnavailable, blocking: bool) -> bool:
+        """Whether to try again after ``error`` refused an attempt: a waiter (``blocking``)
+        whose primary changed under it, while the ride-out lasts."""
+        return self.riding(blocking and interrupted(error.__cause__))
 
 
 @dataclass(slots=True)

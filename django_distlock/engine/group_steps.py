@@ -11,10 +11,19 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
-from .core import AcquiredMany, NotAcquired, release_steps, wake_steps, wake_time
-from .exceptions import LockError
+from .core import (
+    AcquiredMany,
+    NotAcquired,
+    NotReplicated,
+    RideOut,
+    acknowledged,
+    release_steps,
+    wake_steps,
+    wake_time,
+)
+from .exceptions import LockBackendUnavailable, LockError
 from .keys import LockKeys
-from .ops import AwaitWakeUp, Call, CallEndingWait, Op, StartWait, Wake
+from .ops import AwaitWakeUp, Call, CallEndingWait, Op, Pause, StartWait, Wake
 from .replies import reply_tag, unexpected
 from .scripts import MANY_ACQUIRE, PASS_ON
 from .tuning import Tuning, ms
@@ -25,7 +34,8 @@ __all__ = ["GroupRequest", "acquire_many_steps"]
 @dataclass(frozen=True, slots=True)
 class GroupRequest:
     """What each group of one acquire is taken with: one token and lease for every name,
-    the owner stored with them, and whether (until when) to wait."""
+    the owner stored with them, whether (until when) to wait, and the replicas each
+    group's script waits for (``(count, timeout_ms)`` as for one lock, ``None``: none)."""
 
     token: str
     lease: float
@@ -34,11 +44,12 @@ class GroupRequest:
     deadline: float | None
     """Monotonic time to stop waiting at, ``None`` to wait forever."""
     tuning: Tuning
+    replicas: tuple[int | str, int] | None = None
 
 
 def acquire_many_steps(
     groups: list[list[LockKeys]], request: GroupRequest
-) -> Generator[Op, Any, AcquiredMany | NotAcquired]:
+) -> Generator[Op, Any, AcquiredMany | NotAcquired | NotReplicated]:
     """Steps to take the exclusive locks of ``groups`` with one token, all or none.
 
     Each group is taken by one script, atomically (a single server: one group; a
@@ -48,8 +59,14 @@ def acquire_many_steps(
     two callers can each hold what the other waits for, so nobody deadlocks. While a
     group is busy the caller holds none of *its* locks and waits, notified, for the one
     that was busy.
+
+    With ``request.replicas`` each group's script is followed by its ``WAIT``, by the rule
+    of one lock (:func:`~.lock_steps.acquire_steps`): a group fewer replicas acknowledged
+    is given back at once; a waiter tries it again while it rides out a failover, else the
+    groups taken before it are given back too (:class:`NotReplicated`).
     """
     token, lease, tuning = request.token, request.lease, request.tuning
+    ride_out = RideOut(tuning, request.deadline)
     taken: list[list[LockKeys]] = []
     fences: list[int] = []
     acquired_at_us = 0
@@ -58,9 +75,9 @@ def acquire_many_steps(
     try:
         for group in groups:
             current = group
-            outcome = yield from _acquire_group(group, request)
+            outcome = yield from _acquire_group(group, request, ride_out)
             current = None
-            if type(outcome) is NotAcquired:
+            if type(outcome) is NotAcquired or type(outcome) is NotReplicated:
                 yield from _release_groups(taken, token, tuning)
                 taken = []
                 return outcome
@@ -91,15 +108,16 @@ def _release_groups(
 
 
 def _acquire_group(
-    group: list[LockKeys], request: GroupRequest
-) -> Generator[Op, Any, tuple[list[int], int, float] | NotAcquired]:
+    group: list[LockKeys], request: GroupRequest, failover: RideOut
+) -> Generator[Op, Any, tuple[list[int], int, float] | NotAcquired | NotReplicated]:
     """Steps to take one group (one script); see :func:`acquire_many_steps`."""
-    token, blocking, deadline, tuning = (
-        request.token,
+    blocking, deadline, tuning, replicas = (
         request.blocking,
         request.deadline,
         request.tuning,
+        request.replicas,
     )
+    token = request.token
     waiter = token[:16] if blocking else ""
     liveness_ms = tuning.waiter_liveness_ms
     lock_keys = tuple(
@@ -122,21 +140,44 @@ def _acquire_group(
     try:
         while True:
             sent_at = time.monotonic()
-            if waited_on is not None and timer_fired:
-                call = Call(
-                    MANY_ACQUIRE,
-                    (*lock_keys, waited_on.wake(waiter)),
-                    (*base, "1", waiter, *names),
-                )
-                reply, woken = yield CallEndingWait(call)
-                if woken:
-                    consumed_from = waited_on
-                waited_on = None
-            else:
-                reply = yield Call(
-                    MANY_ACQUIRE, (*lock_keys, group[0].lock), (*base, "", waiter, *names)
-                )
+            try:
+                if waited_on is not None and timer_fired:
+                    ending, waited_on = waited_on, None
+                    call = Call(
+                        MANY_ACQUIRE,
+                        (*lock_keys, ending.wake(waiter)),
+                        (*base, "1", waiter, *names),
+                        replicas,
+                    )
+                    reply, woken = yield CallEndingWait(call)
+                    if woken:
+                        consumed_from = ending
+                else:
+                    reply = yield Call(
+                        MANY_ACQUIRE,
+                        (*lock_keys, group[0].lock),
+                        (*base, "", waiter, *names),
+                        replicas,
+                    )
+            except LockBackendUnavailable as error:
+                if not failover.primary_changed(error, blocking):
+                    raise
+                # A request that did run answers "taken" to the same token.
+                yield Pause(tuning.failover_pause)
+                continue
+            reply, unreplicated = acknowledged(reply, replicas)
             tag = reply_tag(reply)
+            if tag == "taken" and unreplicated is not None:
+                # Not on enough replicas: a failover now could forget it. Give it back,
+                # and try again as one lock would.
+                yield from _release_groups([group], request.token, tuning)
+                consumed_from = None
+                writer_of = []
+                if not failover.riding(blocking):
+                    unreplicated.name = group[0].name
+                    return unreplicated
+                yield Pause(tuning.failover_pause)
+                continue
             if tag == "taken":
                 consumed_from = None
                 writer_of = []  # the script took us off every lock's writers
@@ -160,9 +201,11 @@ def _acquire_group(
             woke = yield AwaitWakeUp(max(0.0, wake_at - time.monotonic()))
             timer_fired = woke is Wake.TIMER
             if woke is not Wake.TIMER:
-                waited_on = None  # the wait is over (INTERRUPTED: try again at once)
+                waited_on = None  # the wait is over
             if woke is Wake.WOKEN:
                 consumed_from = busy
+            elif woke is Wake.INTERRUPTED:
+                failover.start()  # a failover ended the wait: try again, riding it out
     finally:
         # Leaving without the group: end the wait, leave the writers we joined, and hand
         # on a wake-up we consumed.

@@ -55,7 +55,6 @@ from .outcomes import (
 )
 from .ownership import current_task_or_thread, running_task
 from .templates import NameTemplate
-from .tuning import ms
 from .watchdog import loop_watchdog, thread_watchdog
 
 __all__ = ["Lock"]
@@ -233,7 +232,7 @@ class Lock(CurrentAcquisition, LockContext):
             blocking=blocking,
             deadline=None if blocking_timeout is None else hold.started_mono + blocking_timeout,
             tuning=backend.tuning,
-            replicas=self._replicas(backend),
+            replicas=backend.acknowledgement(self.min_replicas),
             mode=hold.mode,
             limit=hold.limit,
             on_unreleased=lambda: watchdog().give_back(hold),
@@ -241,10 +240,6 @@ class Lock(CurrentAcquisition, LockContext):
         if stale is not None:
             steps = after_release_of(stale, steps)
         return hold, steps
-
-    def _replicas(self, backend: Backend) -> tuple[int | str, int] | None:
-        count = self.min_replicas if self.min_replicas is not None else backend.min_replicas
-        return (count, ms(backend.replica_timeout)) if count else None
 
     def _settle(
         self,

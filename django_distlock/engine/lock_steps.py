@@ -16,6 +16,8 @@ from .core import (
     Acquired,
     NotAcquired,
     NotReplicated,
+    RideOut,
+    acknowledged,
     holder_member,
     release_steps,
     stored_mode,
@@ -26,9 +28,8 @@ from .exceptions import LockBackendUnavailable, LockError
 from .hold import Hold
 from .keys import LockKeys
 from .modes import EXCLUSIVE, LIMITED, SHARED
-from .ops import AwaitWakeUp, Call, CallEndingWait, Op, Pause, Replicated, StartWait, Wake
+from .ops import AwaitWakeUp, Call, CallEndingWait, Op, Pause, StartWait, Wake
 from .replies import reply_tag, taken_reply
-from .requests import interrupted
 from .scripts import ACQUIRE, HOLDER_ACQUIRE, PASS_ON, Script
 from .tuning import Tuning, ms
 
@@ -84,7 +85,7 @@ def acquire_steps(
         fair=fair,
         held_as=() if mode == EXCLUSIVE else (stored_mode(mode, limit), limit * (mode == LIMITED)),
     )
-    wait = _Waiting(keys, waiter, fair, mode)
+    wait = _Waiting(keys, waiter, fair, mode, RideOut(tuning, deadline))
     script = ACQUIRE if mode == EXCLUSIVE else HOLDER_ACQUIRE
     attempt_keys = wait.attempt_keys()
     try:
@@ -100,21 +101,13 @@ def acquire_steps(
                 else:
                     reply = yield Call(script, attempt_keys, args.argv(), replicas)
             except LockBackendUnavailable as error:
-                # The primary changed under this attempt (a planned failover unblocked its
-                # WAIT, or the demoted primary refused it): ride it out as a wait the
-                # failover ended.
-                changed = blocking and interrupted(error.__cause__)
-                if not wait.riding_out(changed, tuning.failover_ride_out, deadline):
+                if not wait.failover.primary_changed(error, blocking):
                     raise
                 # The primary is changing: the same token again, once it settles (a request
                 # that did run answers "taken" to its own token).
                 yield Pause(tuning.failover_pause)
                 continue
-            unreplicated = None
-            if type(reply) is Replicated:
-                if reply.acknowledged < reply.required and replicas is not None:
-                    unreplicated = NotReplicated(reply.acknowledged, reply.required, replicas[1])
-                reply = reply.reply
+            reply, unreplicated = acknowledged(reply, replicas)
             taken = taken_reply(name, reply)
             wait.may_hold = False
             if taken is None and reply_tag(reply) == "kind":
@@ -137,7 +130,7 @@ def acquire_steps(
                     # A waiter tries again within its blocking_timeout (a planned failover:
                     # the old primary lost its replica first), for as long as a failover is
                     # ridden out.
-                    if not wait.riding_out(blocking, tuning.failover_ride_out, deadline):
+                    if not wait.failover.riding(blocking):
                         return unreplicated
                     yield Pause(tuning.failover_pause)
                     continue
@@ -166,7 +159,8 @@ def acquire_steps(
                 continue
             yield from _wait_for_wake_up(wait, wake_time(sent_at, wait_ms, remaining, tuning))
             if wait.interrupted:
-                wait.ride_out(tuning.failover_ride_out, deadline)
+                wait.interrupted = False
+                wait.failover.start()
     except BaseException:
         if wait.may_hold:
             # Only our own token is deleted, so this is safe even if the script never ran.
@@ -231,6 +225,8 @@ class _Waiting:
     waiter: str
     fair: bool
     mode: str
+    failover: RideOut
+    """Riding out a failover (the same rule as a group's)."""
     waiting: bool = False
     """A ``BLPOP`` on our wake-up list is outstanding."""
     consumed: bool = False
@@ -245,22 +241,6 @@ class _Waiting:
     """The last wait ended by our own timer (the ``BLPOP`` stays outstanding)."""
     interrupted: bool = False
     """The last wait was ended by the server (``UNBLOCKED``: a failover)."""
-    ride_out_until: float | None = None
-    """A failover interrupted our wait: retries ride it out until then."""
-
-    def ride_out(self, seconds: float, deadline: float | None) -> None:
-        """A failover ended our wait: retries that find no primary ride it out for
-        ``seconds``, within the acquire's ``deadline``."""
-        self.interrupted = False
-        until = time.monotonic() + seconds
-        self.ride_out_until = until if deadline is None else min(until, deadline)
-
-    def riding_out(self, met: bool, seconds: float, deadline: float | None) -> bool:
-        """Whether a failover is being ridden out now; ``met``: this attempt met one (the
-        ride-out starts unless one runs already)."""
-        if met and self.ride_out_until is None:
-            self.ride_out(seconds, deadline)
-        return self.ride_out_until is not None and time.monotonic() < self.ride_out_until
 
     def left_behind(self) -> bool:
         """Whether leaving without the lock has something to undo or hand on."""

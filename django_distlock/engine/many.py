@@ -25,14 +25,14 @@ from .aio import AsyncDriver
 from .arguments import UNSET, BackendSource, waiting_options
 from .backend import Backend
 from .contexts import ExcInfo, LockContext
-from .core import Acquired, AcquiredMany, NotAcquired, new_token
+from .core import Acquired, AcquiredMany, NotAcquired, NotReplicated, new_token
 from .exceptions import LockError, LockNotAcquired, LockNotOwned
 from .group_steps import GroupRequest, acquire_many_steps
 from .hold import Hold
 from .io import SyncDriver
 from .keys import LockKeys
 from .lock import Lock
-from .outcomes import contended
+from .outcomes import arole_or_none, contended, not_replicated, role_or_none
 from .ownership import current_task_or_thread, running_task
 from .watchdog import loop_watchdog, thread_watchdog
 
@@ -50,7 +50,9 @@ class LockGroup(LockContext):
 
     The names may come in any order and are taken in one global order, so callers
     passing the same names in different orders never deadlock. Options are those of
-    :class:`Lock` that make sense for several names (each name gets them). Every name
+    :class:`Lock` that make sense for several names (each name gets them;
+    ``min_replicas``: each of the group's scripts waits for replicas as one lock's
+    acquire does, and a group too few acknowledged is given back whole). Every name
     is an ordinary exclusive hold once taken: ``group.locks[name]`` is its
     :class:`Lock` (fence, ``lost``, ``ttl()``...), and it can be waited on by a plain
     ``Lock`` of the same name.
@@ -68,6 +70,7 @@ class LockGroup(LockContext):
         on_lost: Callable[[Lock], Any] | None = None,
         context: str = "",
         raise_on_lost: bool = True,
+        min_replicas: int | str | None = None,
     ) -> None:
         if isinstance(names, str | bytes) or not isinstance(names, Iterable):
             raise TypeError(f"names must be an iterable of lock names, not {type(names).__name__}")
@@ -87,6 +90,7 @@ class LockGroup(LockContext):
             "on_lost": on_lost,
             "context": context,
             "raise_on_lost": raise_on_lost,
+            "min_replicas": min_replicas,
         }
         locks = [Lock(name, **options) for name in names]
         self.locks: dict[str, Lock] = {}
@@ -136,7 +140,11 @@ class LockGroup(LockContext):
         ``LockError`` if the caller already holds them."""
         owner = threading.current_thread()
         holds, steps, backend = self._begin(blocking, blocking_timeout, owner, running_task())
-        outcome = SyncDriver(backend, self._first_name).run(steps)
+        driver = SyncDriver(backend, self._first_name)
+        outcome = driver.run(steps)
+        if type(outcome) is NotReplicated:
+            hold = _hold_of(holds, outcome.name)
+            raise not_replicated(hold, outcome, role_or_none(driver.execute, hold.keys.lock))
         return self._settle(holds, outcome, owner, thread_watchdog)
 
     def aacquire(
@@ -152,7 +160,11 @@ class LockGroup(LockContext):
         loop = asyncio.get_running_loop()
         for _lock, hold in holds:
             hold.loop = loop
-        outcome = await AsyncDriver(backend, self._first_name).run(steps)
+        driver = AsyncDriver(backend, self._first_name)
+        outcome = await driver.run(steps)
+        if type(outcome) is NotReplicated:
+            hold = _hold_of(holds, outcome.name)
+            raise not_replicated(hold, outcome, await arole_or_none(driver.execute, hold.keys.lock))
         return self._settle(holds, outcome, owner, loop_watchdog)
 
     @property
@@ -190,6 +202,7 @@ class LockGroup(LockContext):
             blocking=blocking,
             deadline=None if blocking_timeout is None else started + blocking_timeout,
             tuning=backend.tuning,
+            replicas=backend.acknowledgement(first.min_replicas),
         )
         steps = acquire_many_steps(_groups([hold.keys for _lock, hold in holds], backend), request)
         return holds, steps, backend
@@ -261,6 +274,11 @@ class LockGroup(LockContext):
             name=self._first_name,
             retry_after=self.retry_after,
         )
+
+
+def _hold_of(holds: list[tuple[Lock, Hold]], name: str) -> Hold:
+    """The hold of lock ``name`` among ``holds`` (the first one if none is)."""
+    return next((hold for _lock, hold in holds if hold.name == name), holds[0][1])
 
 
 def _order(keyed: tuple[LockKeys, Lock]) -> tuple[int, bytes]:

@@ -9,11 +9,32 @@ import time
 
 import pytest
 
-from django_distlock.engine import LockBackendError, LockBackendUnavailable, LockKeys, Tuning
-from django_distlock.engine.core import Acquired, NotAcquired, owner_metadata, release_steps
+from django_distlock.engine import (
+    AUTO_REPLICAS,
+    LockBackendError,
+    LockBackendUnavailable,
+    LockKeys,
+    Tuning,
+)
+from django_distlock.engine.core import (
+    Acquired,
+    NotAcquired,
+    NotReplicated,
+    owner_metadata,
+    release_steps,
+)
+from django_distlock.engine.group_steps import GroupRequest, acquire_many_steps
 from django_distlock.engine.lock_steps import acquire_steps
-from django_distlock.engine.ops import AwaitWakeUp, Call, CallEndingWait, Pause, StartWait, Wake
-from django_distlock.engine.scripts import ACQUIRE, PASS_ON, RELEASE
+from django_distlock.engine.ops import (
+    AwaitWakeUp,
+    Call,
+    CallEndingWait,
+    Pause,
+    Replicated,
+    StartWait,
+    Wake,
+)
+from django_distlock.engine.scripts import ACQUIRE, MANY_ACQUIRE, PASS_ON, RELEASE
 
 KEYS = LockKeys.for_name("p:", "job")
 TOKEN = "0123456789abcdef" * 2
@@ -312,3 +333,66 @@ def test_an_unreachable_server_is_not_ridden_out_without_a_failover():
     assert op.script is RELEASE
     with pytest.raises(LockBackendUnavailable):
         generator.send(RELEASED)
+
+
+# -- a group's acquire (distlock_many) follows the same failover and replica rules --------
+
+OTHER_KEYS = LockKeys.for_name("p:", "other")
+
+
+def group_steps(*, replicas=None, **overrides):
+    request = GroupRequest(
+        token=TOKEN,
+        lease=1.5,
+        owner='{"host":"h"}',
+        blocking=overrides.pop("blocking", False),
+        deadline=overrides.pop("deadline", None),
+        tuning=Tuning(),
+        replicas=replicas,
+    )
+    generator = acquire_many_steps([[KEYS, OTHER_KEYS]], request)
+    return generator, next(generator)
+
+
+def test_a_group_wait_ended_by_a_failover_is_ridden_out_like_one_lock():
+    generator, op = group_steps(blocking=True, deadline=time.monotonic() + 5)
+    assert op.script is MANY_ACQUIRE
+    generator.send([b"busy", 60_000, 1, b""])  # StartWait
+    generator.send(None)  # AwaitWakeUp
+    op = generator.send(Wake.INTERRUPTED)
+    assert op.script is MANY_ACQUIRE
+    op = generator.throw(LockBackendUnavailable("READONLY"))
+    assert op == Pause(Tuning().failover_pause)
+    op = generator.send(None)
+    assert op.script is MANY_ACQUIRE
+    assert op.args[0] == TOKEN
+    outcome = finish(generator, [b"taken", 1_000, 7, 8])
+    assert outcome.fences == [7, 8]
+
+
+def test_a_group_no_replica_acknowledged_is_given_back_and_refused():
+    generator, op = group_steps(replicas=(AUTO_REPLICAS, 100))
+    assert op.replicas == (AUTO_REPLICAS, 100)
+    op = generator.send(Replicated([b"taken", 1_000, 7, 8], 0, 1))
+    released = []
+    while isinstance(op, Call) and op.script is RELEASE:
+        released.append(op.keys[0])
+        try:
+            op = generator.send(RELEASED)
+        except StopIteration as stop:
+            outcome = stop.value
+            break
+    assert sorted(released) == sorted([KEYS.lock, OTHER_KEYS.lock])
+    assert outcome == NotReplicated(0, 1, 100, name="job")
+
+
+def test_a_group_waiter_not_replicated_tries_again_while_it_rides_out():
+    generator, op = group_steps(replicas=(1, 100), blocking=True, deadline=time.monotonic() + 5)
+    op = generator.send(Replicated([b"taken", 1_000, 7, 8], 0, 1))
+    while isinstance(op, Call) and op.script is RELEASE:
+        op = generator.send(RELEASED)
+    assert op == Pause(Tuning().failover_pause)
+    op = generator.send(None)
+    assert op.script is MANY_ACQUIRE
+    outcome = finish(generator, Replicated([b"taken", 1_000, 9, 10], 1, 1))
+    assert outcome.fences == [9, 10]
