@@ -11,11 +11,19 @@ instead. ``--topology`` and ``--kind`` (repeatable) narrow it. The nemesis draws
 caller's faults too (``client-interrupt``; ``server-busy`` and ``server-loading`` where
 the topology has them) unless ``--no-caller-faults``; clients run with
 ``--min-replicas`` (default ``auto``, the package's default: acknowledged by a replica
-wherever one is connected). Runs are ``tests/support/chaos/runner.py`` with the same
-seeds as ``python -m tests.support.chaos.runner`` (the replay command is printed with
-each table); ``--json FILE`` appends each run's figures to FILE, one JSON object a line,
-and ``--summarize FILE`` prints the summary tables of such a file (runs made by several
-invocations, say one per topology).
+wherever one is connected). Runs are ``tests/support/chaos/runner.py``; each run has a
+seed of its own, derived from ``--seed``, the topology and the kind (:func:`run_seed`:
+CRC-32 of ``"SEED/TOPOLOGY/KIND"``), so that the kinds of a topology meet different
+schedules; and each run meets its topology's own faults (a failover on the replicated,
+Sentinel and Cluster topologies, a slot migration on Cluster, a restart on the single
+server) at least once (``--each-own-fault`` of the runner). The replay command, with the
+run's own seed, is printed with each table; the summary flags a topology whose runs drew
+none of one of its own faults. ``--json FILE`` appends each run's figures to FILE, one
+JSON object a line, and ``--summarize FILE`` prints the summary tables of such a file
+(runs made by several invocations, say one per topology). ``--rejudge FILE`` judges the
+runs of such a file again from the directories they left (the checker and liveness
+invariants of the current tree; ``tests.support.chaos.runner.load_result``), prints each
+run's table and the summary, and with ``--json OUT`` writes their figures to OUT.
 
 Per run: operations by kind and outcome, faults by kind, unexcused violations by type
 (the checker's, ``tests/support/checker.py``, and the liveness invariants',
@@ -38,6 +46,7 @@ import shlex
 import subprocess
 import sys
 import time
+import zlib
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -52,7 +61,13 @@ from run import cpu_model, engine_digest, git_commit, load  # noqa: E402
 from stats import fmt, percentile, table  # noqa: E402
 
 from tests.support.chaos.measures import takeover_times  # noqa: E402
-from tests.support.chaos.runner import RunConfig, RunResult, min_replicas_option, run  # noqa: E402
+from tests.support.chaos.runner import (  # noqa: E402
+    RunConfig,
+    RunResult,
+    load_result,
+    min_replicas_option,
+    run,
+)
 from tests.support.chaos.sites import SITES  # noqa: E402
 from tests.support.chaos.workloads import KINDS  # noqa: E402
 from tests.support.redis_servers import find_server_binary  # noqa: E402
@@ -274,6 +289,10 @@ def summary(all_runs: list[Figures]) -> str:
             f"- faults: {_counts(_sum([f.faults for f in runs]))}",
             f"- excused, by excuse and fault: {_counts(_sum([f.excused for f in runs]))}",
             f"- unexcused, by type: {_counts(_sum([f.unexcused for f in runs]))}",
+            *[
+                f"- **drew no {kind}**: this topology's own fault was not met"
+                for kind in missing_own_faults(topology, runs)
+            ],
             "",
         ]
     rows = [_row(t, [f for f in all_runs if f.topology == t]) for t in topologies]
@@ -282,6 +301,19 @@ def summary(all_runs: list[Figures]) -> str:
         runs = [f for f in all_runs if f.topology == topology]
         parts.append(f"- {topology}, excused: {_counts(_sum([f.excused for f in runs]))}")
     return "\n".join(parts)
+
+
+def run_seed(seed: int, topology: str, kind: str) -> int:
+    """The seed of one run: CRC-32 of ``"SEED/TOPOLOGY/KIND"`` (stable across Python
+    versions and processes, unlike ``hash``), so the same ``--seed`` replays the same runs
+    and no two kinds of a topology share a schedule."""
+    return zlib.crc32(f"{seed}/{topology}/{kind}".encode())
+
+
+def missing_own_faults(topology: str, runs: list[Figures]) -> list[str]:
+    """The topology's own faults (``ChaosSite.own_kinds``) that none of ``runs`` drew."""
+    drawn = _sum([f.faults for f in runs])
+    return [kind for kind in SITES[topology].own_kinds if not drawn.get(kind)]
 
 
 def header(argv: list[str]) -> str:
@@ -307,6 +339,32 @@ def header(argv: list[str]) -> str:
     )
 
 
+def rejudge(source: Path, out: Path | None) -> None:
+    """Judge the runs of ``source`` (a ``--json`` file) again from their directories."""
+    all_runs = []
+    for line in source.read_text().splitlines():
+        if not line:
+            continue
+        old = Figures(**json.loads(line))
+        config = RunConfig(
+            old.topology,
+            old.kind,
+            seed=old.seed,
+            seconds=old.seconds,
+            fenced=old.fenced,
+            caller_faults=old.caller_faults,
+            min_replicas=old.min_replicas,
+            each_own_fault="--each-own-fault" in old.replay,
+        )
+        run_figures = figures(load_result(Path(old.directory), config, old.errors))
+        all_runs.append(run_figures)
+        print(report(run_figures, config.lease), flush=True)
+        if out is not None:
+            with out.open("a") as file:
+                file.write(json.dumps(asdict(run_figures)) + "\n")
+    print(summary(all_runs), flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     length = parser.add_mutually_exclusive_group(required=True)
@@ -316,6 +374,12 @@ def main() -> None:
     )
     length.add_argument(
         "--summarize", type=Path, metavar="FILE", help="print the summary of a --json file only"
+    )
+    length.add_argument(
+        "--rejudge",
+        type=Path,
+        metavar="FILE",
+        help="judge the runs of a --json file again from their saved directories",
     )
     parser.add_argument("--seed", type=int)
     parser.add_argument("--topology", action="append", choices=sorted(SITES))
@@ -340,6 +404,9 @@ def main() -> None:
         lines = options.summarize.read_text().splitlines()
         print(summary([Figures(**json.loads(line)) for line in lines if line]))
         return
+    if options.rejudge is not None:
+        rejudge(options.rejudge, options.json)
+        return
     if options.seed is None:
         parser.error("--seed is required")
     install_termination_cleanup()  # a run stopped with SIGTERM leaves no server behind
@@ -358,12 +425,13 @@ def main() -> None:
                 config = RunConfig(
                     topology,
                     kind,
-                    seed=options.seed,
+                    seed=run_seed(options.seed, topology, kind),
                     seconds=round(seconds, 1),
                     clients=options.clients,
                     fenced=fenced,
                     caller_faults=options.caller_faults,
                     min_replicas=options.min_replicas,
+                    each_own_fault=True,
                 )
                 run_figures = figures(run(config))
                 all_runs.append(run_figures)

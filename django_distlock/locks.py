@@ -44,7 +44,8 @@ def distlock_many(names: Iterable[str], **options: Any) -> LockGroup:
     The names may come in any order: they are taken in one global order, so two callers
     passing the same names in different orders never deadlock. ``options`` are those of
     :class:`django_distlock.engine.LockGroup` (``timeout``, ``blocking``,
-    ``blocking_timeout``, ``auto_renew``, ``on_lost``, ``context``, ``raise_on_lost``).
+    ``blocking_timeout``, ``auto_renew``, ``on_lost``, ``context``, ``raise_on_lost``,
+    ``min_replicas``: the group waits for replicas as one lock does).
     See docs/kinds.md for what it promises on a single server and on a Cluster.
     """
     if "backend" in options:

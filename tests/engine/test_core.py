@@ -9,12 +9,19 @@ import time
 
 import pytest
 
-from django_distlock.engine import LockBackendError, LockBackendUnavailable, LockKeys, Tuning
+from django_distlock.engine import (
+    AUTO_REPLICAS,
+    LockBackendError,
+    LockBackendUnavailable,
+    LockKeys,
+    Tuning,
+)
 from django_distlock.engine.protocol.ops import (
     AwaitWakeUp,
     Call,
     CallEndingWait,
     Pause,
+    Replicated,
     StartWait,
     Wake,
 )
@@ -23,6 +30,7 @@ from django_distlock.engine.protocol.steps import (
     Acquired,
     GroupRequest,
     NotAcquired,
+    NotReplicated,
     acquire_many_steps,
     acquire_steps,
     owner_metadata,
@@ -375,3 +383,66 @@ def test_a_group_acquire_reply_of_the_wrong_shape_is_a_backend_error(reply):
         op = generator.send(reply)
         while True:  # the clean-up's calls, answered as done
             op = generator.send(RELEASED if op.script is RELEASE else DONE)
+
+
+# -- a group's acquire (distlock_many) follows the same failover and replica rules --------
+
+OTHER_KEYS = LockKeys.for_name("p:", "other")
+
+
+def group_steps(*, replicas=None, **overrides):
+    request = GroupRequest(
+        token=TOKEN,
+        lease=1.5,
+        owner='{"host":"h"}',
+        blocking=overrides.pop("blocking", False),
+        deadline=overrides.pop("deadline", None),
+        tuning=Tuning(),
+        replicas=replicas,
+    )
+    generator = acquire_many_steps([[KEYS, OTHER_KEYS]], request)
+    return generator, next(generator)
+
+
+def test_a_group_wait_ended_by_a_failover_is_ridden_out_like_one_lock():
+    generator, op = group_steps(blocking=True, deadline=time.monotonic() + 5)
+    assert op.script is MANY_ACQUIRE
+    generator.send([b"busy", 60_000, 1, b""])  # StartWait
+    generator.send(None)  # AwaitWakeUp
+    op = generator.send(Wake.INTERRUPTED)
+    assert op.script is MANY_ACQUIRE
+    op = generator.throw(LockBackendUnavailable("READONLY"))
+    assert op == Pause(Tuning().failover_pause)
+    op = generator.send(None)
+    assert op.script is MANY_ACQUIRE
+    assert op.args[0] == TOKEN
+    outcome = finish(generator, [b"taken", 1_000, 7, 8])
+    assert outcome.fences == [7, 8]
+
+
+def test_a_group_no_replica_acknowledged_is_given_back_and_refused():
+    generator, op = group_steps(replicas=(AUTO_REPLICAS, 100))
+    assert op.replicas == (AUTO_REPLICAS, 100)
+    op = generator.send(Replicated([b"taken", 1_000, 7, 8], 0, 1))
+    released = []
+    while isinstance(op, Call) and op.script is RELEASE:
+        released.append(op.keys[0])
+        try:
+            op = generator.send(RELEASED)
+        except StopIteration as stop:
+            outcome = stop.value
+            break
+    assert sorted(released) == sorted([KEYS.lock, OTHER_KEYS.lock])
+    assert outcome == NotReplicated(0, 1, 100, name="job")
+
+
+def test_a_group_waiter_not_replicated_tries_again_while_it_rides_out():
+    generator, op = group_steps(replicas=(1, 100), blocking=True, deadline=time.monotonic() + 5)
+    op = generator.send(Replicated([b"taken", 1_000, 7, 8], 0, 1))
+    while isinstance(op, Call) and op.script is RELEASE:
+        op = generator.send(RELEASED)
+    assert op == Pause(Tuning().failover_pause)
+    op = generator.send(None)
+    assert op.script is MANY_ACQUIRE
+    outcome = finish(generator, Replicated([b"taken", 1_000, 9, 10], 1, 1))
+    assert outcome.fences == [9, 10]

@@ -6,13 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import time
 
 import pytest
 import redis
 
-from django_distlock.engine import AUTO_REPLICAS, Backend, Lock, LockNotReplicated, Tuning
+from django_distlock.engine import (
+    AUTO_REPLICAS,
+    Backend,
+    Lock,
+    LockGroup,
+    LockNotReplicated,
+    Tuning,
+)
+from django_distlock.engine.keys import bucket_of
 from django_distlock.engine.transport.replication import ReplicaCounts, Replication, replication_of
-from tests.support.engine import primaries_of
+from tests.support.engine import keys_of, primaries_of
 from tests.support.topologies import ReplicatedSetup
 
 
@@ -203,6 +213,81 @@ async def test_auto_refuses_what_no_replica_acknowledged_then_stops_waiting_for_
             assert await api.acquire(lock)
             await api.release(lock)
             assert _waits(client) == before
+        finally:
+            backend.close()
+            await backend.aclose()
+            client.close()
+
+
+# -- a group (distlock_many) waits for its replicas like one lock -------------------------
+
+
+async def test_a_group_waits_for_replicas_where_one_lock_would(
+    api, topology, make_backend, redis_client
+):
+    """Under "auto" each of a group's scripts (one per bucket on a Cluster) is followed by
+    a ``WAIT`` where its primary has a replica, as every single lock's is; ``0`` turns it
+    off for the group as for a lock."""
+    names = [f"auto:group:{n}" for n in range(6)]
+    loading = LockGroup(names, backend=make_backend(min_replicas=0), auto_renew=False)
+    assert await api.acquire(loading)  # loads the script on every node: no NOSCRIPT below
+    await api.release(loading)
+    backend = make_backend(min_replicas=AUTO_REPLICAS)
+    before = _waits(redis_client)
+    group = LockGroup(names, backend=backend, auto_renew=False)
+    assert await api.acquire(group)
+    await api.release(group)
+    scripts = len({bucket_of(name) for name in names}) if topology.name == "cluster" else 1
+    assert _waits(redis_client) - before == (0 if topology.name == "single" else scripts)
+    before = _waits(redis_client)
+    unacknowledged = LockGroup(names, backend=backend, auto_renew=False, min_replicas=0)
+    assert await api.acquire(unacknowledged)
+    await api.release(unacknowledged)
+    assert _waits(redis_client) == before
+
+
+async def test_a_group_no_replica_acknowledged_is_given_back_or_ridden_out_like_one_lock(api):
+    """A replica paused: a group acquire that does not wait raises ``LockNotReplicated``
+    and holds none of its names (a planned failover's old primary grants exactly such
+    holds, which the failover forgets); one that waits tries again within its
+    ``blocking_timeout`` and gets the group once the replica acknowledges, as a single
+    lock does."""
+    tuning = Tuning(replica_check=0.05)
+    with ReplicatedSetup(replicas=1) as setup:
+        client = setup.client()
+        backend = Backend(
+            client,
+            async_client=lambda: redis.asyncio.Redis.from_url(setup.primary.url),
+            min_replicas=AUTO_REPLICAS,
+            tuning=tuning,
+        )
+        names = ["auto:group:a", "auto:group:b", "auto:group:c"]
+        try:
+            group = LockGroup(names, backend=backend, auto_renew=False)
+            assert await api.acquire(group)  # the primary's replica is read, and in sync
+            await api.release(group)
+            setup.pause_replica(0)
+            try:
+                with pytest.raises(LockNotReplicated, match="only 0 of the 1 replicas"):
+                    await api.acquire(group, blocking=False)
+                assert not group.held
+                assert all(client.get(keys_of(name).lock) is None for name in names)
+                with pytest.raises(LockNotReplicated):  # ridden out until the deadline
+                    await api.acquire(group, blocking_timeout=0.3)
+                assert all(client.get(keys_of(name).lock) is None for name in names)
+                resume = threading.Timer(0.5, setup.resume_replica, (0,))
+                started = time.monotonic()
+                resume.start()
+                try:
+                    assert await api.acquire(group, blocking_timeout=5)
+                finally:
+                    resume.join()
+            finally:
+                if setup.replicas[0].paused:
+                    setup.resume_replica(0)
+            assert time.monotonic() - started >= 0.5  # taken once acknowledged, not before
+            assert group.held
+            await api.release(group)
         finally:
             backend.close()
             await backend.aclose()

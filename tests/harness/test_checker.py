@@ -920,3 +920,62 @@ def test_a_failover_after_which_the_earlier_release_succeeded_excuses_nothing() 
     assert types(check(failover_history(released_ok=True), faults=[loss])) == [
         ViolationType.OVERLAP
     ]
+
+
+def spent_during_a_pause() -> list[Operation]:
+    """The Cluster ``reentrant`` run of 2026-11-28 (issue 27), times shifted: c3's acquire
+    was granted at 1.604 (its lease to 2.604), its process stopped from 1.605 to 3.091 by
+    the nemesis, and its acquire returned at 3.091 a hold already spent; c1 took the lock
+    at 3.088, after the lease was over on the server, and c3's watchdog told it at 3.094.
+    """
+    return [
+        op(
+            "acquire",
+            "c3",
+            1.5735,
+            3.0912,
+            hold=613,
+            fence=2,
+            lease=1.0,
+            extra={"depth": 2, "granted_until": 2.6037},
+        ),
+        op("lost", "c3", 3.0945, 3.0946, hold=613, extra={"lease_until": 2.6036}),
+        op("release", "c3", 3.0949, 3.0953, "fail", hold=613),
+        op("acquire", "c1", 2.9, 3.088, hold=7, fence=3, lease=1.0),
+        op("release", "c1", 3.3, hold=7),
+    ]
+
+
+def test_a_hold_spent_while_its_acquire_was_stopped_names_the_pause() -> None:
+    """The nemesis stopped the client between the grant and the return, past the lease
+    end: no lock can prevent a SIGSTOP after its last check (fencing covers it), so the
+    spent hold and the overlap it completes are excused by that pause, and named."""
+    pause = fault("client-pause", "c3", 1.6047, 3.0910)
+    history = spent_during_a_pause()
+
+    report = check(history, faults=[pause])
+
+    assert sorted(types(report)) == sorted(
+        [ViolationType.SPENT_LEASE, ViolationType.OVERLAP_AFTER_PAUSE]
+    )
+    assert all(violation.cause == pause for violation in report.violations)
+    assert report.unexcused == []
+
+
+@pytest.mark.parametrize(
+    "pause",
+    [
+        None,  # no pause: a lock that hands out a spent hold
+        fault("client-pause", "c1", 1.6047, 3.0910),  # another client's pause
+        fault("client-pause", "c3", 1.0, 3.0910),  # began before the acquire
+        fault("client-pause", "c3", 1.6047, 2.5),  # over before the lease ended
+    ],
+    ids=["no-pause", "other-client", "before-the-acquire", "over-before-the-lease-end"],
+)
+def test_a_spent_hold_no_pause_explains_is_a_violation(pause: Fault | None) -> None:
+    history = spent_during_a_pause()
+
+    report = check(history, faults=[] if pause is None else [pause])
+
+    assert sorted(types(report)) == sorted([ViolationType.SPENT_LEASE, ViolationType.OVERLAP])
+    assert report.excused == []

@@ -185,6 +185,27 @@ def test_an_unknown_token_of_a_client_still_acquiring_is_no_orphan() -> None:
     assert report.ok, report.violations
 
 
+def test_a_token_of_a_client_killed_in_an_unrecorded_acquire_is_judged_from_the_kill() -> None:
+    """The 2026-11-28 long run on Sentinel (``many``, issue 27): c1 released its last
+    hold at 1.0 and was killed at 4.0 inside its next acquire, which rode out a failover
+    (taking its names and giving them back while no replica acknowledged); that acquire
+    never returned, so it left no record. Its token is no orphan before the kill, and must
+    be gone within the bound after it."""
+    history = [
+        op("acquire", "c1", 0.0, 0.01, "fail", detail="busy", blocking_timeout=0.0),
+        op("acquire", "c1", 0.5, 0.6, lock="other", token="t1", hold=2),
+        op("release", "c1", 0.99, 1.0, lock="other", hold=2),
+    ]
+    in_flight = reads(2.0, 3.95, [("granted", PID)])
+    gone = reads(4.0, 6.0, [])
+    assert judge(history, in_flight + gone, killed={"c1": 4.0}).ok
+    outlived = reads(2.0, 5.5, [("granted", PID)])
+    (violation,) = judge(history, outlived, killed={"c1": 4.0}).violations
+    assert "killed" in violation.message
+    # Not killed: every acquire it made is recorded, so the token is an orphan.
+    assert not judge(history, in_flight + gone).ok
+
+
 def test_a_token_of_no_known_process_is_counted_not_judged() -> None:
     report = judge([], reads(0.0, 3.0, [("stranger", 999)]))
     assert report.ok

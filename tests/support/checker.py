@@ -18,7 +18,10 @@ fault (:attr:`Violation.cause`); the first matching rule gives its type:
 
 - ``overlap_after_pause``: a pause (:data:`PAUSE_FAULTS`) of the earlier holder's client
   was going on when the window began, and the hold's lease (from its own records, below)
-  had ended by then. A stopped process renews nothing: the limit fencing covers.
+  had ended by then. A stopped process renews nothing: the limit fencing covers. Also
+  when the hold that completes the window was spent during its own acquire by a pause
+  (``spent_lease`` below, excused): its holder took it for a hold only after the pause,
+  when its lease on the server was already over.
 - ``overlap_after_expiry``: the hold's lease had ended by the window's start, a fault
   reached its connections, its client or a node serving its lock during its last lease
   (the ``lease`` seconds before that end), and its holder was told it lost the lock
@@ -79,6 +82,10 @@ gives ``TRYAGAIN``).
 ``never_ended``: an ``ok`` acquire whose hold was never released, lost nor killed.
 ``spent_lease``: an ``ok`` acquire whose ``extra["granted_until"]`` (the lease end its
 client was given with it) is not after the acquire returned: a hold that was never valid.
+Excused only by a pause of its client that began during the acquire, before that lease
+end, and lasted past it: the process was stopped after the grant (after the lock's last
+check of its validity), which no lock can prevent; the holder is told of the loss
+afterwards, and fencing covers it.
 """
 
 from __future__ import annotations
@@ -259,6 +266,7 @@ def check(
                 ViolationType.SPENT_LEASE,
                 "an acquire returned a hold whose lease was already over",
                 [op],
+                causes.spent_while_stopped(op),
             )
     for hold in holds:
         if hold.ended_by is None:
@@ -385,6 +393,24 @@ class _Causes:
             return ViolationType.OVERLAP_AFTER_FAILOVER, fault
         return None
 
+    def spent_while_stopped(self, acquire: Operation) -> Fault | None:
+        """The pause that spent the lease ``acquire`` returned (``spent_lease``): one of
+        its client that began during the acquire, before the lease it was granted ended,
+        and lasted past that end; ``None`` if the lease was not spent or no pause did."""
+        granted = acquire.extra.get("granted_until")
+        if granted is None or granted > acquire.end:
+            return None
+        return next(
+            (
+                fault
+                for fault in self.faults
+                if fault.kind in PAUSE_FAULTS
+                and fault.target == acquire.client
+                and acquire.start <= fault.start < granted <= fault.end <= acquire.end
+            ),
+            None,
+        )
+
     def _expiry(self, hold: _Hold) -> Fault | None:
         told = hold.told
         if told is None:
@@ -497,6 +523,13 @@ def _window(
         if excuse is not None:
             kind, cause = excuse
             break
+    else:
+        # The hold completing the window, taken for a hold only once a pause had spent it.
+        completing = next((hold for hold in involved if hold.start == start), None)
+        if completing is not None and completing not in earlier:
+            cause = causes.spent_while_stopped(completing.acquire)
+            if cause is not None:
+                kind = ViolationType.OVERLAP_AFTER_PAUSE
     held = f"{len(involved)} holds of limit {limit}" if limit else "two conflicting holds"
     lock = involved[0].acquire.lock
     report.add(

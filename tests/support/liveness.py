@@ -14,7 +14,9 @@ violation names its operations, samples and the bound it broke:
   hold (an error, an interruption), or when its process was killed. A hold the probe sees
   is matched to its owner by token (a hold the history knows) or else by the owner's pid
   (an acquire that never returned a hold): such a hold is an orphan unless its client has
-  an acquire of that lock in progress. A request delayed by a fault (a paused server, a
+  an acquire of that lock in progress, recorded or not (a client killed after its last
+  record may have been killed inside an acquire, which left no record: its owner stops
+  believing at the kill). A request delayed by a fault (a paused server, a
   stalled or slow proxy) may renew a lease after its owner let go: the time such faults
   overlapped the lease after the owner stopped is added to the bound.
 - ``free_lock_not_taken``: the probe saw a lock free, and a live waiter wait for it, both
@@ -286,9 +288,12 @@ def _check_holds_end(
 ) -> None:
     owned = _owned_holds(history, killed)
     acquires: dict[tuple[str, str], list[Operation]] = defaultdict(list)
+    last_record: dict[str, float] = {}
     for op in history:
         if op.kind == "acquire":
             acquires[(op.client, op.lock)].append(op)
+        if op.detail != "killed":  # the runner's records of a kill are not the client's
+            last_record[op.client] = max(op.end, last_record.get(op.client, op.end))
     reported: set[tuple[str, str]] = set()
     seen: set[tuple[str, str]] = set()
     after: dict[tuple[str, str], float] = {}
@@ -308,9 +313,16 @@ def _check_holds_end(
                         seen.add((sample.lock, token))
                     continue
                 stopped, operations = _orphan_stop(
-                    acquires[(client, sample.lock)], killed.get(client), sample
+                    acquires[(client, sample.lock)],
+                    killed.get(client),
+                    sample,
+                    last_record.get(client),
                 )
-                what = f"the last acquire of {sample.lock!r} by {client} returned no hold"
+                what = (
+                    f"{client} was killed"
+                    if stopped is not None and stopped == killed.get(client)
+                    else f"the last acquire of {sample.lock!r} by {client} returned no hold"
+                )
             if (sample.lock, token) not in seen:
                 report.holds_seen += 1
                 seen.add((sample.lock, token))
@@ -344,11 +356,15 @@ def _current(holds: Iterable[_Owned], sample: Sample) -> _Owned | None:
 
 
 def _orphan_stop(
-    acquires: list[Operation], kill: float | None, sample: Sample
+    acquires: list[Operation], kill: float | None, sample: Sample, last_record: float | None
 ) -> tuple[float | None, tuple[Operation, ...]]:
     """When the client of a hold the history does not know stopped believing it may
-    hold it: ``None`` while one of its acquires of the lock is in progress."""
+    hold it: ``None`` while one of its acquires of the lock is in progress, or may be
+    (``sample`` falls between the client's ``last_record`` and its ``kill``: an acquire
+    the kill cut short records nothing)."""
     if any(op.start <= sample.end and op.end >= sample.start for op in acquires):
+        return None, ()
+    if kill is not None and sample.start < kill and (last_record or 0.0) <= sample.start:
         return None, ()
     before = [op for op in acquires if op.end < sample.start]
     last = max(before, key=lambda op: op.end, default=None)

@@ -56,7 +56,6 @@ from ..renewal.watchdog import loop_watchdog, thread_watchdog
 from ..templates import NameTemplate
 from ..transport.backend import Backend
 from ..transport.drivers import AsyncDriver, SyncDriver
-from ..tuning import ms
 from .holdings import (
     UNSET,
     BackendSource,
@@ -257,7 +256,7 @@ class Lock:
             blocking=blocking,
             deadline=None if blocking_timeout is None else hold.started_mono + blocking_timeout,
             tuning=backend.tuning,
-            replicas=self._replicas(backend),
+            replicas=backend.acknowledgement(self.min_replicas),
             mode=hold.mode,
             limit=hold.limit,
             on_unreleased=lambda: watchdog().give_back(hold),
@@ -265,10 +264,6 @@ class Lock:
         if stale is not None:
             steps = after_release_of(stale, steps)
         return hold, steps
-
-    def _replicas(self, backend: Backend) -> tuple[int | str, int] | None:
-        count = self.min_replicas if self.min_replicas is not None else backend.min_replicas
-        return (count, ms(backend.replica_timeout)) if count else None
 
     def _settle(
         self,
@@ -589,7 +584,9 @@ class LockGroup:
 
     The names may come in any order and are taken in one global order, so callers
     passing the same names in different orders never deadlock. Options are those of
-    :class:`Lock` that make sense for several names (each name gets them). Every name
+    :class:`Lock` that make sense for several names (each name gets them;
+    ``min_replicas``: each of the group's scripts waits for replicas as one lock's
+    acquire does, and a group too few acknowledged is given back whole). Every name
     is an ordinary exclusive hold once taken: ``group.locks[name]`` is its
     :class:`Lock` (fence, ``lost``, ``ttl()``...), and it can be waited on by a plain
     ``Lock`` of the same name.
@@ -607,6 +604,7 @@ class LockGroup:
         on_lost: Callable[[Lock], Any] | None = None,
         context: str = "",
         raise_on_lost: bool = True,
+        min_replicas: int | str | None = None,
     ) -> None:
         if isinstance(names, str | bytes) or not isinstance(names, Iterable):
             raise TypeError(f"names must be an iterable of lock names, not {type(names).__name__}")
@@ -626,6 +624,7 @@ class LockGroup:
             "on_lost": on_lost,
             "context": context,
             "raise_on_lost": raise_on_lost,
+            "min_replicas": min_replicas,
         }
         locks = [Lock(name, **options) for name in names]
         self.locks: dict[str, Lock] = {}
@@ -675,7 +674,11 @@ class LockGroup:
         ``LockError`` if the caller already holds them."""
         owner = threading.current_thread()
         holds, steps, backend = self._begin(blocking, blocking_timeout, owner, running_task())
-        outcome = SyncDriver(backend, self._first_name).run(steps)
+        driver = SyncDriver(backend, self._first_name)
+        outcome = driver.run(steps)
+        if type(outcome) is NotReplicated:
+            hold = _hold_of(holds, outcome.name)
+            raise not_replicated(hold, outcome, role_or_none(driver.execute, hold.keys.lock))
         return self._settle(holds, outcome, owner, thread_watchdog)
 
     def aacquire(
@@ -691,7 +694,11 @@ class LockGroup:
         loop = asyncio.get_running_loop()
         for _lock, hold in holds:
             hold.loop = loop
-        outcome = await AsyncDriver(backend, self._first_name).run(steps)
+        driver = AsyncDriver(backend, self._first_name)
+        outcome = await driver.run(steps)
+        if type(outcome) is NotReplicated:
+            hold = _hold_of(holds, outcome.name)
+            raise not_replicated(hold, outcome, await arole_or_none(driver.execute, hold.keys.lock))
         return self._settle(holds, outcome, owner, loop_watchdog)
 
     @property
@@ -729,6 +736,7 @@ class LockGroup:
             blocking=blocking,
             deadline=None if blocking_timeout is None else started + blocking_timeout,
             tuning=backend.tuning,
+            replicas=backend.acknowledgement(first.min_replicas),
         )
         steps = acquire_many_steps(_groups([hold.keys for _lock, hold in holds], backend), request)
         return holds, steps, backend
@@ -824,6 +832,11 @@ class LockGroup:
             name=self._first_name,
             retry_after=self.retry_after,
         )
+
+
+def _hold_of(holds: list[tuple[Lock, Hold]], name: str) -> Hold:
+    """The hold of lock ``name`` among ``holds`` (the first one if none is)."""
+    return next((hold for _lock, hold in holds if hold.name == name), holds[0][1])
 
 
 def _order(keyed: tuple[LockKeys, Lock]) -> tuple[int, bytes]:

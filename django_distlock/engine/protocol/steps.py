@@ -66,6 +66,8 @@ __all__ = [
     "GroupRequest",
     "NotAcquired",
     "NotReplicated",
+    "RideOut",
+    "acknowledged",
     "acquire_many_steps",
     "acquire_steps",
     "after_release_of",
@@ -106,11 +108,58 @@ class AcquiredMany:
 @dataclass(slots=True)
 class NotReplicated:
     """The lock was taken, then given back: only ``acknowledged`` of ``required``
-    replicas confirmed it in time."""
+    replicas confirmed it in time. ``name``: for a group, the name of the first lock of
+    the script that was not confirmed (``""`` for one lock)."""
 
     acknowledged: int
     required: int
     timeout_ms: int
+    name: str = ""
+
+
+def acknowledged(
+    reply: Any, replicas: tuple[int | str, int] | None
+) -> tuple[Any, NotReplicated | None]:
+    """An acquire script's reply, unwrapped from its :class:`~.ops.Replicated`, and a
+    :class:`NotReplicated` when fewer replicas acknowledged it than it waited for."""
+    if type(reply) is not Replicated:
+        return reply, None
+    if reply.acknowledged < reply.required and replicas is not None:
+        return reply.reply, NotReplicated(reply.acknowledged, reply.required, replicas[1])
+    return reply.reply, None
+
+
+@dataclass(slots=True)
+class RideOut:
+    """How one acquire rides out a failover, the same for one lock and a group: an
+    attempt the primary changed under (a planned failover unblocked its ``WAIT``, or the
+    demoted primary refused it), a wait a failover ended, or a lock too few replicas
+    acknowledged (the old primary lost its replica first) is tried again, every
+    ``Tuning.failover_pause``, for up to ``Tuning.failover_ride_out`` seconds from the
+    first, never past the acquire's deadline."""
+
+    tuning: Tuning
+    deadline: float | None
+    """Monotonic time the acquire stops waiting at, ``None`` for never."""
+    until: float | None = None
+    """A ride-out runs: retries go on until then."""
+
+    def start(self) -> None:
+        """A failover was met (a wait it ended): ride it out from now."""
+        until = time.monotonic() + self.tuning.failover_ride_out
+        self.until = until if self.deadline is None else min(until, self.deadline)
+
+    def riding(self, met: bool) -> bool:
+        """Whether a failover is being ridden out now; ``met``: this attempt met one (the
+        ride-out starts unless one runs already)."""
+        if met and self.until is None:
+            self.start()
+        return self.until is not None and time.monotonic() < self.until
+
+    def primary_changed(self, error: LockBackendUnavailable, blocking: bool) -> bool:
+        """Whether to try again after ``error`` refused an attempt: a waiter (``blocking``)
+        whose primary changed under it, while the ride-out lasts."""
+        return self.riding(blocking and interrupted(error.__cause__))
 
 
 @dataclass(slots=True)
@@ -275,7 +324,7 @@ def acquire_steps(
         fair=fair,
         held_as=() if mode == EXCLUSIVE else (stored_mode(mode, limit), limit * (mode == LIMITED)),
     )
-    wait = _Waiting(keys, waiter, fair, mode)
+    wait = _Waiting(keys, waiter, fair, mode, RideOut(tuning, deadline))
     script = ACQUIRE if mode == EXCLUSIVE else HOLDER_ACQUIRE
     attempt_keys = wait.attempt_keys()
     try:
@@ -291,21 +340,13 @@ def acquire_steps(
                 else:
                     reply = yield Call(script, attempt_keys, args.argv(), replicas)
             except LockBackendUnavailable as error:
-                # The primary changed under this attempt (a planned failover unblocked its
-                # WAIT, or the demoted primary refused it): ride it out as a wait the
-                # failover ended.
-                changed = blocking and interrupted(error.__cause__)
-                if not wait.riding_out(changed, tuning.failover_ride_out, deadline):
+                if not wait.failover.primary_changed(error, blocking):
                     raise
                 # The primary is changing: the same token again, once it settles (a request
                 # that did run answers "taken" to its own token).
                 yield Pause(tuning.failover_pause)
                 continue
-            unreplicated = None
-            if type(reply) is Replicated:
-                if reply.acknowledged < reply.required and replicas is not None:
-                    unreplicated = NotReplicated(reply.acknowledged, reply.required, replicas[1])
-                reply = reply.reply
+            reply, unreplicated = acknowledged(reply, replicas)
             answer = acquire_reply(name, reply)
             wait.may_hold = False
             if type(answer) is OtherKind:
@@ -328,7 +369,7 @@ def acquire_steps(
                     # A waiter tries again within its blocking_timeout (a planned failover:
                     # the old primary lost its replica first), for as long as a failover is
                     # ridden out.
-                    if not wait.riding_out(blocking, tuning.failover_ride_out, deadline):
+                    if not wait.failover.riding(blocking):
                         return unreplicated
                     yield Pause(tuning.failover_pause)
                     continue
@@ -357,7 +398,8 @@ def acquire_steps(
                 continue
             yield from _wait_for_wake_up(wait, wake_time(sent_at, wait_ms, remaining, tuning))
             if wait.interrupted:
-                wait.ride_out(tuning.failover_ride_out, deadline)
+                wait.interrupted = False
+                wait.failover.start()
     except BaseException:
         if wait.may_hold:
             # Only our own token is deleted, so this is safe even if the script never ran.
@@ -422,6 +464,8 @@ class _Waiting:
     waiter: str
     fair: bool
     mode: str
+    failover: RideOut
+    """Riding out a failover (the same rule as a group's)."""
     waiting: bool = False
     """A ``BLPOP`` on our wake-up list is outstanding."""
     consumed: bool = False
@@ -436,22 +480,6 @@ class _Waiting:
     """The last wait ended by our own timer (the ``BLPOP`` stays outstanding)."""
     interrupted: bool = False
     """The last wait was ended by the server (``UNBLOCKED``: a failover)."""
-    ride_out_until: float | None = None
-    """A failover interrupted our wait: retries ride it out until then."""
-
-    def ride_out(self, seconds: float, deadline: float | None) -> None:
-        """A failover ended our wait: retries that find no primary ride it out for
-        ``seconds``, within the acquire's ``deadline``."""
-        self.interrupted = False
-        until = time.monotonic() + seconds
-        self.ride_out_until = until if deadline is None else min(until, deadline)
-
-    def riding_out(self, met: bool, seconds: float, deadline: float | None) -> bool:
-        """Whether a failover is being ridden out now; ``met``: this attempt met one (the
-        ride-out starts unless one runs already)."""
-        if met and self.ride_out_until is None:
-            self.ride_out(seconds, deadline)
-        return self.ride_out_until is not None and time.monotonic() < self.ride_out_until
 
     def left_behind(self) -> bool:
         """Whether leaving without the lock has something to undo or hand on."""
@@ -559,7 +587,8 @@ def after_release_of(stale: Hold, steps: Any) -> Any:
 @dataclass(frozen=True, slots=True)
 class GroupRequest:
     """What each group of one acquire is taken with: one token and lease for every name,
-    the owner stored with them, and whether (until when) to wait."""
+    the owner stored with them, whether (until when) to wait, and the replicas each
+    group's script waits for (``(count, timeout_ms)`` as for one lock, ``None``: none)."""
 
     token: str
     lease: float
@@ -568,11 +597,12 @@ class GroupRequest:
     deadline: float | None
     """Monotonic time to stop waiting at, ``None`` to wait forever."""
     tuning: Tuning
+    replicas: tuple[int | str, int] | None = None
 
 
 def acquire_many_steps(
     groups: list[list[LockKeys]], request: GroupRequest
-) -> Generator[Op, Any, AcquiredMany | NotAcquired]:
+) -> Generator[Op, Any, AcquiredMany | NotAcquired | NotReplicated]:
     """Steps to take the exclusive locks of ``groups`` with one token, all or none.
 
     Each group is taken by one script, atomically (a single server: one group; a
@@ -582,8 +612,14 @@ def acquire_many_steps(
     two callers can each hold what the other waits for, so nobody deadlocks. While a
     group is busy the caller holds none of *its* locks and waits, notified, for the one
     that was busy.
+
+    With ``request.replicas`` each group's script is followed by its ``WAIT``, by the rule
+    of one lock (:func:`acquire_steps`): a group fewer replicas acknowledged
+    is given back at once; a waiter tries it again while it rides out a failover, else the
+    groups taken before it are given back too (:class:`NotReplicated`).
     """
     token, lease, tuning = request.token, request.lease, request.tuning
+    ride_out = RideOut(tuning, request.deadline)
     taken: list[list[LockKeys]] = []
     fences: list[int] = []
     acquired_at_us = 0
@@ -592,9 +628,9 @@ def acquire_many_steps(
     try:
         for group in groups:
             current = group
-            outcome = yield from _acquire_group(group, request)
+            outcome = yield from _acquire_group(group, request, ride_out)
             current = None
-            if type(outcome) is NotAcquired:
+            if type(outcome) is NotAcquired or type(outcome) is NotReplicated:
                 yield from _release_groups(taken, token, tuning)
                 taken = []
                 return outcome
@@ -625,15 +661,16 @@ def _release_groups(
 
 
 def _acquire_group(
-    group: list[LockKeys], request: GroupRequest
-) -> Generator[Op, Any, tuple[list[int], int, float] | NotAcquired]:
+    group: list[LockKeys], request: GroupRequest, failover: RideOut
+) -> Generator[Op, Any, tuple[list[int], int, float] | NotAcquired | NotReplicated]:
     """Steps to take one group (one script); see :func:`acquire_many_steps`."""
-    token, blocking, deadline, tuning = (
-        request.token,
+    blocking, deadline, tuning, replicas = (
         request.blocking,
         request.deadline,
         request.tuning,
+        request.replicas,
     )
+    token = request.token
     waiter = token[:16] if blocking else ""
     liveness_ms = tuning.waiter_liveness_ms
     lock_keys = tuple(
@@ -656,21 +693,44 @@ def _acquire_group(
     try:
         while True:
             sent_at = time.monotonic()
-            if waited_on is not None and timer_fired:
-                call = Call(
-                    MANY_ACQUIRE,
-                    (*lock_keys, waited_on.wake(waiter)),
-                    (*base, "1", waiter, *names),
-                )
-                reply, woken = yield CallEndingWait(call)
-                if woken:
-                    consumed_from = waited_on
-                waited_on = None
-            else:
-                reply = yield Call(
-                    MANY_ACQUIRE, (*lock_keys, group[0].lock), (*base, "", waiter, *names)
-                )
+            try:
+                if waited_on is not None and timer_fired:
+                    ending, waited_on = waited_on, None
+                    call = Call(
+                        MANY_ACQUIRE,
+                        (*lock_keys, ending.wake(waiter)),
+                        (*base, "1", waiter, *names),
+                        replicas,
+                    )
+                    reply, woken = yield CallEndingWait(call)
+                    if woken:
+                        consumed_from = ending
+                else:
+                    reply = yield Call(
+                        MANY_ACQUIRE,
+                        (*lock_keys, group[0].lock),
+                        (*base, "", waiter, *names),
+                        replicas,
+                    )
+            except LockBackendUnavailable as error:
+                if not failover.primary_changed(error, blocking):
+                    raise
+                # A request that did run answers "taken" to the same token.
+                yield Pause(tuning.failover_pause)
+                continue
+            reply, unreplicated = acknowledged(reply, replicas)
             answer = many_reply(group[0].name, reply)
+            if type(answer) is TakenMany and unreplicated is not None:
+                # Not on enough replicas: a failover now could forget it. Give it back,
+                # and try again as one lock would.
+                yield from _release_groups([group], request.token, tuning)
+                consumed_from = None
+                writer_of = []
+                if not failover.riding(blocking):
+                    unreplicated.name = group[0].name
+                    return unreplicated
+                yield Pause(tuning.failover_pause)
+                continue
             if type(answer) is TakenMany:
                 consumed_from = None
                 writer_of = []  # the script took us off every lock's writers
@@ -692,9 +752,11 @@ def _acquire_group(
             woke = yield AwaitWakeUp(max(0.0, wake_at - time.monotonic()))
             timer_fired = woke is Wake.TIMER
             if woke is not Wake.TIMER:
-                waited_on = None  # the wait is over (INTERRUPTED: try again at once)
+                waited_on = None  # the wait is over
             if woke is Wake.WOKEN:
                 consumed_from = busy
+            elif woke is Wake.INTERRUPTED:
+                failover.start()  # a failover ended the wait: try again, riding it out
     finally:
         # Leaving without the group: end the wait, leave the writers we joined, and hand
         # on a wake-up we consumed.

@@ -17,7 +17,7 @@ from .. import process
 from ..exceptions import LockError
 from ..keys import validate_prefix, validate_replicas, validate_seconds
 from ..protocol.hold import Event, Observer
-from ..tuning import Tuning
+from ..tuning import Tuning, ms
 from .replication import ReplicaCounts
 from .routes import (
     AsyncRoutes,
@@ -121,6 +121,12 @@ class Backend:
     def __repr__(self) -> str:
         kind = "cluster" if self.is_cluster else "server"
         return f"<Backend prefix={self.prefix!r} {kind}>"
+
+    def acknowledgement(self, min_replicas: int | str | None) -> tuple[int | str, int] | None:
+        """The ``WAIT`` an acquire asks for (replica count, timeout in ms) given a lock's
+        ``min_replicas`` (``None``: this backend's), or ``None`` for no ``WAIT``."""
+        count = self.min_replicas if min_replicas is None else min_replicas
+        return (count, ms(self.replica_timeout)) if count else None
 
     @property
     def client(self) -> redis.Redis | redis.cluster.RedisCluster:

@@ -171,11 +171,21 @@ class Site(Protocol):
 
 
 def schedule(
-    seed: int, kinds: Sequence[str], seconds: float, *, mean_gap: float = 1.0
+    seed: int,
+    kinds: Sequence[str],
+    seconds: float,
+    *,
+    mean_gap: float = 1.0,
+    at_least_once: Sequence[str] = (),
 ) -> list[Planned]:
     """The faults of a run of ``seconds``: one at a time, ``kinds`` chosen uniformly,
     gaps exponential with mean ``mean_gap``; none starts in the last second, so that
-    every fault ends (and is healed) around the run's end."""
+    every fault ends (and is healed) around the run's end.
+
+    Each kind of ``at_least_once`` (among ``kinds``) the draw left out then takes the
+    place of a fault of another kind, chosen by the same generator (its start and target
+    seed kept, its duration drawn for the new kind): a run meets its topology's own
+    faults whatever its seed. Without it the schedule is what it always was."""
     rng = random.Random(seed)
     planned: list[Planned] = []
     at = rng.uniform(0.2, 0.2 + mean_gap)
@@ -184,6 +194,16 @@ def schedule(
         duration = round(rng.uniform(*DURATIONS[kind]), 3)
         planned.append(Planned(round(at, 3), kind, duration, rng.getrandbits(32)))
         at += duration + rng.expovariate(1 / mean_gap)
+    required = [kind for kind in dict.fromkeys(at_least_once) if kind in kinds]
+    for kind in required:
+        if any(fault.kind == kind for fault in planned):
+            continue
+        others = [i for i, fault in enumerate(planned) if fault.kind not in required]
+        if not others:
+            break
+        index = rng.choice(others)
+        duration = round(rng.uniform(*DURATIONS[kind]), 3)
+        planned[index] = dataclasses.replace(planned[index], kind=kind, duration=duration)
     return planned
 
 

@@ -40,6 +40,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -48,11 +50,18 @@ from tests.support.chaos.nemesis import Fault, Nemesis, fault_kinds, schedule
 from tests.support.chaos.registers import accepted_writes, final_values
 from tests.support.chaos.sites import SITES, ChaosSite
 from tests.support.chaos.workloads import client_spec, register_names
-from tests.support.checker import Report, check
+from tests.support.checker import PAUSE_FAULTS, Report, check
 from tests.support.history import PENDING, Operation, read_history, write_history
 from tests.support.liveness import Bounds, LivenessReport, Probe, Sample, check_liveness
 
-__all__ = ["RunConfig", "RunResult", "min_replicas_option", "replay_command", "run"]
+__all__ = [
+    "RunConfig",
+    "RunResult",
+    "load_result",
+    "min_replicas_option",
+    "replay_command",
+    "run",
+]
 
 _START_SECONDS = 30.0  # a client process importing Django and connecting
 _FINISH_SECONDS = 30.0  # past the run's end, for a client's last hold
@@ -81,6 +90,9 @@ class RunConfig:
     """A deliberately broken lock the clients run with (:data:`.mutants.MUTANTS`)."""
     hold_seconds: tuple[float, float] | None = None
     """How long a hold works before its write (default: :data:`.workloads.HOLD_SECONDS`)."""
+    each_own_fault: bool = False
+    """Meet each of the topology's own faults (``ChaosSite.own_kinds``: a failover, a
+    slot migration) at least once, whatever the seed draws (``schedule(at_least_once=)``)."""
 
 
 @dataclass
@@ -158,6 +170,8 @@ def replay_command(config: RunConfig) -> str:
         command += ["--mutant", config.mutant]
     if config.hold_seconds is not None:
         command += ["--hold-seconds", ",".join(map(str, config.hold_seconds))]
+    if config.each_own_fault:
+        command.append("--each-own-fault")
     return shlex.join(command)
 
 
@@ -296,7 +310,13 @@ def run(config: RunConfig, directory: Path | None = None) -> RunResult:
         if config.faults is not None
         else fault_kinds(site, caller=config.caller_faults)
     )
-    plan = schedule(config.seed, kinds, config.seconds, mean_gap=config.mean_gap)
+    plan = schedule(
+        config.seed,
+        kinds,
+        config.seconds,
+        mean_gap=config.mean_gap,
+        at_least_once=site.own_kinds if config.each_own_fault else (),
+    )
     database = directory / "registers.sqlite3"
     pool = _ClientPool(config, site, directory)
     nemesis: Nemesis | None = None
@@ -341,6 +361,8 @@ def run(config: RunConfig, directory: Path | None = None) -> RunResult:
     (directory / "faults.json").write_text(json.dumps([fault.to_dict() for fault in faults]))
     samples = probe.samples if probe is not None else []
     (directory / "samples.json").write_text(json.dumps([dataclasses.asdict(s) for s in samples]))
+    processes = {"pids": pool.pids, "killed": pool.killed, "paused": pool.paused}
+    (directory / "processes.json").write_text(json.dumps(processes))
     return RunResult(
         config,
         history,
@@ -414,6 +436,55 @@ def _merge(
     return merged
 
 
+def load_result(directory: Path, config: RunConfig, errors: Sequence[str] = ()) -> RunResult:
+    """The :class:`RunResult` a run left in ``directory``, to judge it again with the
+    checker and liveness invariants of today. Its client processes (pids, kills, pauses)
+    are read from ``processes.json``; a run saved before that file existed has them
+    rebuilt: each pid's client from the tokens the probe saw and the clients recorded,
+    kills and pauses from the nemesis' faults (their start, a moment before the signal)."""
+    history = read_history([directory / "merged.history"])
+    faults = [Fault(**fault) for fault in json.loads((directory / "faults.json").read_text())]
+    samples = [
+        dataclasses.replace(
+            Sample(**sample),
+            holders=None if sample["holders"] is None else tuple(map(tuple, sample["holders"])),
+        )
+        for sample in json.loads((directory / "samples.json").read_text())
+    ]
+    final = {op.lock: op.value for op in history if op.client == "final" and op.value is not None}
+    saved = directory / "processes.json"
+    if saved.exists():
+        processes = json.loads(saved.read_text())
+        pids = {int(pid): client for pid, client in processes["pids"].items()}
+        killed = processes["killed"]
+        paused = {name: [(a, b) for a, b in spans] for name, spans in processes["paused"].items()}
+    else:
+        client_of = {op.token: op.client for op in history if op.token}
+        pids = {
+            pid: client_of[token]
+            for sample in samples
+            for token, pid in sample.holders or ()
+            if token in client_of and pid is not None
+        }
+        killed = {fault.target: fault.start for fault in faults if fault.kind == "client-kill"}
+        paused: defaultdict[str, list[tuple[float, float]]] = defaultdict(list)
+        for fault in faults:
+            if fault.kind in PAUSE_FAULTS:
+                paused[fault.target].append((fault.start, fault.end))
+    return RunResult(
+        config,
+        history,
+        faults,
+        final,
+        directory,
+        list(errors),
+        samples=samples,
+        pids=pids,
+        killed=killed,
+        paused=dict(paused),
+    )
+
+
 def _killed(operations: list[Operation], killed_at: float) -> list[Operation]:
     """The ``lost`` records of a killed client's last hold, if it was open: one per lock
     its acquire took or may have taken."""
@@ -461,6 +532,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--mutant", help="a broken lock (tests/support/chaos/mutants.py)")
     parser.add_argument("--hold-seconds", help="LOW,HIGH: how long a hold works")
+    parser.add_argument(
+        "--each-own-fault",
+        action="store_true",
+        help="meet each of the topology's own faults (failover, slot migration) at least once",
+    )
     options = parser.parse_args(argv)
     config = RunConfig(
         topology=options.topology,
@@ -474,6 +550,7 @@ def main(argv: list[str] | None = None) -> None:
         min_replicas=options.min_replicas,
         mutant=options.mutant,
         hold_seconds=_seconds_range(options.hold_seconds) if options.hold_seconds else None,
+        each_own_fault=options.each_own_fault,
     )
     result = run(config)
     for fault in result.faults:

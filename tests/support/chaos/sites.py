@@ -102,6 +102,9 @@ class ChaosSite:
     fault_kinds: Sequence[str] = ()
     transient_kinds: Sequence[str] = ()
     """Transient-error faults, drawn only in runs with the caller's faults."""
+    own_kinds: Sequence[str] = ()
+    """The faults this topology is there to meet (a failover, a slot migration): a run
+    with ``RunConfig.each_own_fault`` meets each at least once."""
     min_replicas: int | str = 0
     """The clients' ``min_replicas`` (``"auto"`` or a count): the topology's default,
     or what a run gives (``ChaosSite(names, min_replicas=...)``)."""
@@ -328,6 +331,7 @@ class SingleSite(_Proxied):
 
     name = "single"
     transient_kinds = TRANSIENT_FAULTS
+    own_kinds = ("server-restart",)
     fault_kinds = (
         "server-pause",
         "server-restart",
@@ -356,6 +360,7 @@ class ReplicatedSite(_Proxied):
     """A primary (behind a proxy) with two replicas; locks wait for one (``WAIT``)."""
 
     name = "replicated"
+    own_kinds = ("failover",)
     min_replicas = 1
     transient_kinds = TRANSIENT_FAULTS
     fault_kinds = (*SingleSite.fault_kinds, "replica-pause", "replica-kill", "failover")
@@ -410,6 +415,7 @@ class SentinelSite(ChaosSite):
     """A Sentinel-managed primary and replica."""
 
     name = "sentinel"
+    own_kinds = ("failover",)
     fault_kinds = (
         "server-pause",
         "replica-pause",
@@ -445,6 +451,7 @@ class ClusterSite(ChaosSite):
     """Three primaries with a replica each."""
 
     name = "cluster"
+    own_kinds = ("failover", "slot-migration")
     fault_kinds = (
         "server-pause",
         "replica-pause",
