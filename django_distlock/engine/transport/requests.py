@@ -47,6 +47,7 @@ __all__ = [
     "Redirect",
     "Request",
     "Routing",
+    "aconnection",
     "aexchange",
     "answer_of",
     "asking_after",
@@ -161,10 +162,36 @@ def exchange(
     return replies
 
 
+async def aconnection(pool: Any) -> Any:
+    """A connection of the redis-py asyncio ``pool``, open and with nothing to read.
+
+    redis-py 8's asyncio pool skips its own check of an idle connection while
+    maintenance notifications are on (``"auto"``, the default): a connection the server
+    closed while it sat in the pool (``CLIENT KILL``, the server's ``timeout``, a proxy's
+    idle limit) is handed out as it is, and a request written on it fails with
+    "Connection closed by server" though it never reached Redis. One that is closed, or
+    has anything to read (no reply is left unread on a pooled connection: see
+    :func:`exchange`), is connected anew before anything is written on it. The sync pool
+    needs no such check: its ``can_read`` raises on a closed socket, and it reconnects."""
+    connection = await pool.get_connection()
+    try:
+        try:
+            stale = await connection.can_read()
+        except (ConnectionError, OSError):
+            stale = True
+        if stale:
+            await connection.disconnect()
+            await connection.connect()
+    except BaseException:
+        await pool.release(connection)
+        raise
+    return connection
+
+
 async def aexchange(pool: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
     """Async twin of :func:`exchange` (the caller bounds it with ``asyncio.timeout``)."""
     try:
-        connection = await pool.get_connection()
+        connection = await aconnection(pool)
     except (ConnectionError, OSError) as exc:
         raise NotSent(exc) from exc
     try:

@@ -26,7 +26,7 @@ import redis.retry
 from redis.backoff import NoBackoff
 from redis.exceptions import AskError, MaxConnectionsError, MovedError
 
-from .requests import NotSent, aexchange, exchange
+from .requests import NotSent, aconnection, aexchange, exchange
 
 __all__ = [
     "MAX_IDLE_WAITS",
@@ -226,7 +226,7 @@ class AsyncServer:
         self._waiting += 1
         self._peak = max(self._peak, self._waiting)
         try:
-            return await waits.get_connection()
+            return await aconnection(waits)
         except BaseException:
             await self._left(waits)
             raise
