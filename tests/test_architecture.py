@@ -217,7 +217,7 @@ ROOMS = [
     {"transport"},
     {"listing"},
     {"renewal"},
-    {"locks", "claims"},
+    {"locks"},
 ]
 
 
