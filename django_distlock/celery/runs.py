@@ -19,7 +19,7 @@ from ..runs.claims import TaskClaims
 from ..runs.deferrals import Parked, serve_when_free
 from ..runs.locking import end_run, holder_of, lease_of, run_label, run_lock
 from ..runs.waiting import waiting
-from .locking import NEEDS_LOCKED_TASK, NEEDS_LOCKED_TASK_HINT, Locking
+from .options import NEEDS_LOCKED_TASK, NEEDS_LOCKED_TASK_HINT, Locking
 
 __all__ = ["COPY_WAIT", "DEFAULT_VISIBILITY_TIMEOUT", "Run", "logger", "skipped_result"]
 

@@ -19,7 +19,7 @@ from kombu.utils.uuid import uuid
 from ..connections import get_backend
 from ..engine import LockError
 from ..runs.claims import TaskClaims
-from .locking import Locking, OnBusy, body_of
+from .options import Locking, OnBusy, body_of
 from .runs import Run, logger
 
 __all__ = ["LockedTask", "locked_task"]

@@ -24,8 +24,8 @@ from ..engine import (
     validate_name,
     validate_seconds,
 )
-from ..heldlocks import owner_label
 from ..locks import distlock
+from ..managers import owner_label
 
 __all__ = ["RunOptions", "end_run", "holder_of", "lease_of", "run_label", "run_lock"]
 
