@@ -26,7 +26,7 @@ class DistlockConfig(AppConfig):
     def ready(self) -> None:
         """Wire the app (see the module docstring). The imports are here because this
         module is imported while Django loads apps, before models may be imported."""
-        from . import checks, connections, events, heldlocks, settings
+        from . import checks, connections, events, managers, settings
 
         def reset_on_change(*, setting: str, **kwargs: Any) -> None:
             if setting in ("DISTLOCK", "CACHES"):
@@ -36,7 +36,7 @@ class DistlockConfig(AppConfig):
         checks.register_checks()
         setting_changed.connect(reset_on_change, weak=False, dispatch_uid="django_distlock.reset")
         connections.observe_with(events.observer_for)
-        heldlocks.record_force_releases_with(events.record_force_release)
+        managers.record_force_releases_with(events.record_force_release)
         if "celery" in sys.modules:
             # A worker (the celery command loaded Celery before it set Django up) or a
             # project that loads its Celery app with its settings. Loaded by name:

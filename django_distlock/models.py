@@ -12,7 +12,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from .engine import EXCLUSIVE, LIMITED, MAX_NAME_LENGTH, SHARED
-from .heldlocks import HeldLockManager, owner_label, release_held_lock
+from .managers import HeldLockManager, owner_label, release_held_lock
 
 __all__ = ["HeldLock", "LockEvent", "Mode"]
 

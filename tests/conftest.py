@@ -7,7 +7,7 @@ Redis URL). Fixtures of one package live in its own ``conftest.py``; plain helpe
 Topologies: a behaviour test (how locks behave, whatever the servers are) runs on the
 shared single server, the session Sentinel setup and the session Cluster, through the
 ``topology`` fixture that ``backend``, ``make_backend`` and ``redis_client`` use
-(:mod:`tests.support.probe`). ``tests/engine/conftest.py`` and ``tests/test_heldlocks.py``
+(:mod:`tests.support.probe`). ``tests/engine/conftest.py`` and ``tests/test_managers.py``
 import ``every_topology`` as their ``topology`` (parametrised over ``single``,
 ``sentinel``, ``cluster``); elsewhere ``topology`` below is the single server, unless a
 test parametrises it (``@pytest.mark.parametrize("topology", TOPOLOGIES,
@@ -135,7 +135,7 @@ def redis_server(pytestconfig: pytest.Config) -> RedisServer:
 @pytest.fixture
 def topology(request: pytest.FixtureRequest) -> Topology:
     """Where the test's locks live: the shared server, or the topology named by an
-    indirect parametrisation. ``tests/engine/`` and ``tests/test_heldlocks.py`` replace
+    indirect parametrisation. ``tests/engine/`` and ``tests/test_managers.py`` replace
     this fixture with ``every_topology`` (one run per topology)."""
     return topology_of(request, getattr(request, "param", SINGLE))
 

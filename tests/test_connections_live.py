@@ -340,7 +340,8 @@ def test_sentinel_cache_after_a_failover(private_sentinel, monkeypatch):
     caches_setting = {"default": sentinel_cache("django-redis", private_sentinel.sentinels)}
     # The cache's client following the failover, without replica acknowledgement: under
     # the default "auto" the promoted primary is also waited on until Tuning.replica_grace
-    # has passed since the old one last listed its replica (tests/engine/test_replication.py).
+    # has passed since the old one last listed its replica
+    # (tests/engine/transport/test_replication.py).
     with override_settings(CACHES=caches_setting, DISTLOCK={"EVENTS": "off", "MIN_REPLICAS": 0}):
         with distlock("invoice:42") as lock:
             before = lock.fence

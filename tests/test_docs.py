@@ -301,7 +301,7 @@ def test_the_installation_lists_every_extra() -> None:
         "django_distlock.engine.templates",
         "django_distlock.commands.supervisor",
         "django_distlock.commands.terminal",
-        "django_distlock.heldlocks",
+        "django_distlock.managers",
         "django_distlock.telemetry.readings",
     ],
 )

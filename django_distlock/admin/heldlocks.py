@@ -28,7 +28,7 @@ from django.views.decorators.http import require_http_methods
 
 from ..connections import lock_servers
 from ..engine import LockBackendUnavailable
-from ..heldlocks import lock_server_eviction_policy
+from ..managers import lock_server_eviction_policy
 from ..models import HeldLock, LockEvent, Mode
 from ..settings import get_config
 from .heldlockrows import Row, parse_selection, selection_value

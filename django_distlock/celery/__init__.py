@@ -23,10 +23,10 @@ queued or running returns that run's ``AsyncResult`` instead (LockedTask only: s
 ``docs/celery.md``.
 
 Importing this package imports Celery; importing ``django_distlock`` does not. Its
-modules: :mod:`.locking` (the options, validated), :mod:`.runs` (what one run does),
+modules: :mod:`.options` (the options, validated), :mod:`.runs` (what one run does),
 :mod:`.tasks` (the decorator and the base class, with the publishing side of
 ``unique_while_queued``), :mod:`.workers` (``E007`` and the worker guard); the Redis
-side of ``unique_while_queued`` is the engine's ``TaskClaims``.
+side of ``unique_while_queued`` is ``django_distlock.runs.claims.TaskClaims``.
 """
 
 from __future__ import annotations

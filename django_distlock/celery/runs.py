@@ -14,15 +14,12 @@ from typing import Any, NoReturn
 from celery import Task
 from celery.exceptions import Ignore, Reject, Retry
 
-from ..deferrals import Parked, serve_when_free
-from ..engine import (
-    LockError,
-    LockNotAcquired,
-    TaskClaims,
-)
-from ..locked_runs import end_run, holder_of, lease_of, run_label, run_lock
-from ..waiting_claims import waiting
-from .locking import NEEDS_LOCKED_TASK, NEEDS_LOCKED_TASK_HINT, Locking
+from ..engine import LockError, LockNotAcquired
+from ..runs.claims import TaskClaims
+from ..runs.deferrals import Parked, serve_when_free
+from ..runs.locking import end_run, holder_of, lease_of, run_label, run_lock
+from ..runs.waiting import waiting
+from .options import NEEDS_LOCKED_TASK, NEEDS_LOCKED_TASK_HINT, Locking
 
 __all__ = ["COPY_WAIT", "DEFAULT_VISIBILITY_TIMEOUT", "Run", "logger", "skipped_result"]
 
@@ -185,7 +182,7 @@ class Run:
 
     def _retry_early_when_free(self, retry: Retry) -> None:
         """Have the retry ``retry`` published (put off by its countdown) published again
-        at once if the lock is released before then (:mod:`~django_distlock.deferrals`)."""
+        at once if the lock is released before then (:mod:`~django_distlock.runs.deferrals`)."""
         request = self.request
         if retry.sig is None or retry.is_eager or request is None or self.task_id is None:
             return

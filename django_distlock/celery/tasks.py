@@ -17,8 +17,9 @@ from celery.signals import task_revoked
 from kombu.utils.uuid import uuid
 
 from ..connections import get_backend
-from ..engine import LockError, TaskClaims
-from .locking import Locking, OnBusy, body_of
+from ..engine import LockError
+from ..runs.claims import TaskClaims
+from .options import Locking, OnBusy, body_of
 from .runs import Run, logger
 
 __all__ = ["LockedTask", "locked_task"]
@@ -62,7 +63,7 @@ def locked_task(
       is logged and a ``contended`` lock event recorded;
     - ``"retry"``: ``self.retry(countdown=...)`` with the holder's remaining lease, at
       most ``max_retry_countdown`` seconds, as the upper bound: the retry runs as soon
-      as the holder lets go (:mod:`~django_distlock.deferrals`); the task's
+      as the holder lets go (:mod:`~django_distlock.runs.deferrals`); the task's
       ``max_retries`` applies (set ``max_retries=None`` to serve every request), and
       the last attempt fails with ``LockNotAcquired``;
     - ``"wait"``: the run fails with ``LockNotAcquired``.

@@ -10,7 +10,7 @@ from celery import Celery, current_app
 from celery.signals import worker_init
 from django.apps import apps
 
-from .locking import NEEDS_LOCKED_TASK_HINT, Locking, body_of
+from .options import NEEDS_LOCKED_TASK_HINT, Locking, body_of
 from .tasks import LockedTask
 
 __all__ = [

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 
-from ..heldlocks import lock_server_eviction_policy
+from ..managers import lock_server_eviction_policy
 from ..models import HeldLock
 from .durations import format_duration
 from .holders import redis_errors

@@ -8,8 +8,11 @@ observer is told (``Event``, ``Observer``, ``LostCause``), the exceptions, names
 their checks (``LockKeys``, ``NameTemplate``, the limits and modes), the listing
 (``Listing``, ``LockQuery``, ``Page``, ``LockRecord``, ``force_release``), process and
 test hooks (``forget_after_fork``, ``check_holds_now``, ``BackgroundWorker``), the
-eviction check, and ``TaskClaims``. The rooms below it (``protocol``, ``transport``,
-``listing``, ``renewal``, ``locks``) are its internals: docs/architecture.md draws them.
+eviction check, who holds a lock now (``current_holder``), and the extension point for
+layers that keep state beside a lock (``BesideLock``, running a ``Script``: the task
+integrations' queue claims are built on it, outside the engine). The rooms below it
+(``protocol``, ``transport``, ``listing``, ``renewal``, ``locks``) are its internals:
+docs/architecture.md draws them.
 
 >>> import redis
 >>> from django_distlock.engine import Backend, Lock
@@ -19,7 +22,6 @@ eviction check, and ``TaskClaims``. The rooms below it (``protocol``, ``transpor
 """
 
 from .background import BackgroundWorker
-from .claims import TaskClaims, current_holder
 from .exceptions import (
     LockBackendError,
     LockBackendUnavailable,
@@ -45,11 +47,13 @@ from .keys import (
     validate_replicas,
     validate_seconds,
 )
-from .listing.query import Listing, LockQuery, Page, force_release
+from .listing.query import Listing, LockQuery, Page, current_holder, force_release
 from .listing.records import LockRecord
+from .locks.beside import BesideLock
 from .locks.lock import Lock, LockGroup
 from .process import forget_after_fork
 from .protocol.hold import Event, LostCause, Observer
+from .protocol.ops import Script
 from .renewal.watchdog import check_holds_now
 from .templates import NameTemplate, TemplateError
 from .transport.backend import Backend
@@ -68,6 +72,7 @@ __all__ = [
     "SHARED",
     "Backend",
     "BackgroundWorker",
+    "BesideLock",
     "Event",
     "Listing",
     "Lock",
@@ -86,7 +91,7 @@ __all__ = [
     "NameTemplate",
     "Observer",
     "Page",
-    "TaskClaims",
+    "Script",
     "TemplateError",
     "Tuning",
     "check_holds_now",

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 
-__all__ = ["REPORT_INTERVAL", "LossReport", "logger"]
+__all__ = ["REPORT_INTERVAL", "LostEventCounter", "logger"]
 
 logger = logging.getLogger("django_distlock.events")
 """The logger the documentation names for lost events, whichever module loses them."""
@@ -22,7 +22,7 @@ REPORT_INTERVAL = 60.0
 """Repeated losses (dropped events, database errors) are logged at most this often."""
 
 
-class LossReport:
+class LostEventCounter:
     """Counts lost events and logs them at WARNING, at most once per
     ``REPORT_INTERVAL`` seconds: the first loss at once, the ones in the following quiet
     interval summed up in the next report.

@@ -43,7 +43,7 @@ from django.utils import timezone
 
 from ..engine import BackgroundWorker, forget_after_fork
 from ..settings import get_config
-from .dropped import LossReport, logger
+from .dropped import LostEventCounter, logger
 from .rows import (
     Item,
     Written,
@@ -103,7 +103,7 @@ class BufferedEventWriter:
         self.capacity = BUFFER_CAPACITY if capacity is None else capacity
         self.flush_size = FLUSH_SIZE if flush_size is None else flush_size
         self.interval = FLUSH_INTERVAL if interval is None else interval
-        self.losses = LossReport(self.capacity)
+        self.losses = LostEventCounter(self.capacity)
         """What this writer lost, and its reports of it."""
         self._worker: BackgroundWorker[Item] = BackgroundWorker(
             "distlock-events",
@@ -268,7 +268,7 @@ def write_later(item: Item) -> None:
     (_writer or process_writer()).append(item)
 
 
-_sync_losses = LossReport()
+_sync_losses = LostEventCounter()
 
 
 def write_now(item: Item) -> None:

@@ -52,7 +52,7 @@ def locked_task(
     for ``"wait"``): ``"skip"`` ends it at once with the return value
     :data:`SKIPPED` (and a ``contended`` lock event); ``"defer"`` queues the task again
     to run as soon as the holder lets go, with ``run_after`` = the holder's remaining
-    lease (at most the lock's lease) as the upper bound (:mod:`~django_distlock.deferrals`),
+    lease (at most the lock's lease) as the upper bound (:mod:`~django_distlock.runs.deferrals`),
     and ends this run with :data:`DEFERRED`; ``"wait"`` fails it with ``LockNotAcquired``.
 
     ``unique_while_queued=True``: ``enqueue()``/``aenqueue()`` while a task with the same

@@ -1,11 +1,11 @@
 """How a task is locked: the options of :func:`~django_distlock.tasks.locked_task`,
-checked when the task is defined (:class:`~django_distlock.locked_runs.RunOptions`)."""
+checked when the task is defined (:class:`~django_distlock.runs.locking.RunOptions`)."""
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from ..locked_runs import RunOptions
+from ..runs.locking import RunOptions
 
 __all__ = ["ON_BUSY", "Locking", "OnBusy"]
 

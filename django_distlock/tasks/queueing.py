@@ -1,6 +1,6 @@
 """``unique_while_queued``: one task per lock name in the queue (or running).
 
-Enqueueing claims the lock name in Redis (:class:`~django_distlock.engine.TaskClaims`,
+Enqueueing claims the lock name in Redis (:class:`~django_distlock.runs.claims.TaskClaims`,
 keys ``PREFIX{bb}:tasks-claim:NAME`` beside the lock) before the backend queues
 anything. A backend chooses the result id only as it queues the task, so the claim is
 first taken under a placeholder id (``pending:<random>``) and handed to the result id as
@@ -21,8 +21,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from ..engine import LockNotAcquired, TaskClaims
+from ..engine import LockNotAcquired
 from ..locks import distlock
+from ..runs.claims import TaskClaims
 from .framework import framework
 from .options import Locking
 from .tracking import Binding, binding, known_result

@@ -13,14 +13,11 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.utils import timezone
 
-from ..deferrals import Parked, serve_when_free
-from ..engine import (
-    LockError,
-    LockNotAcquired,
-    TaskClaims,
-)
-from ..locked_runs import end_run, holder_of, lease_of, run_label, run_lock
-from ..waiting_claims import start_waiting, stop_waiting, waiting
+from ..engine import LockError, LockNotAcquired
+from ..runs.claims import TaskClaims
+from ..runs.deferrals import Parked, serve_when_free
+from ..runs.locking import end_run, holder_of, lease_of, run_label, run_lock
+from ..runs.waiting import start_waiting, stop_waiting, waiting
 from .options import Locking
 from .queueing import PENDING_TIMEOUT, claim_lasts, claims_for, hand_over, placeholder
 
@@ -223,7 +220,7 @@ class Run:
 
     def _queue_early_when_free(self, later: Any, queued: Any, delay: float) -> None:
         """Have ``queued`` (the copy put off by ``delay`` seconds) queued again at once if
-        the lock is released before then (:mod:`~django_distlock.deferrals`)."""
+        the lock is released before then (:mod:`~django_distlock.runs.deferrals`)."""
         result = self.result
         backend = later.get_backend()
         early = dataclasses.replace(later, run_after=None)

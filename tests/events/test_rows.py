@@ -234,7 +234,7 @@ def test_a_bad_row_loses_only_itself_in_async_mode(alias, bad, error, event_writ
 @pytest.mark.django_db(transaction=True, databases=["default", "pg"])
 @pytest.mark.parametrize(("alias", "bad", "error"), BAD_ROWS)
 def test_a_bad_row_is_logged_and_never_raised_in_sync_mode(alias, bad, error, caplog, monkeypatch):
-    monkeypatch.setattr(eventwriter, "_sync_losses", eventdropped.LossReport())
+    monkeypatch.setattr(eventwriter, "_sync_losses", eventdropped.LostEventCounter())
     with (
         override_settings(DATABASE_ROUTERS=[EventsTo(alias)]),
         caplog.at_level(logging.WARNING, logger="django_distlock.events"),

@@ -191,7 +191,7 @@ def test_a_database_outage_loses_events_but_never_breaks_locks(
 def test_sync_mode_outage_is_logged_and_leaves_the_callers_transaction_usable(
     redis_client, missing_table, caplog, monkeypatch, django_user_model
 ):
-    monkeypatch.setattr(eventwriter, "_sync_losses", eventdropped.LossReport())
+    monkeypatch.setattr(eventwriter, "_sync_losses", eventdropped.LostEventCounter())
     with (
         caplog.at_level(logging.WARNING, logger="django_distlock.events"),
         events_mode("sync"),
@@ -209,7 +209,7 @@ def test_sync_mode_outage_is_logged_and_leaves_the_callers_transaction_usable(
 
 
 def test_sync_mode_without_database_access_still_locks(redis_client, caplog, monkeypatch):
-    monkeypatch.setattr(eventwriter, "_sync_losses", eventdropped.LossReport())
+    monkeypatch.setattr(eventwriter, "_sync_losses", eventdropped.LostEventCounter())
     with (
         caplog.at_level(logging.WARNING, logger="django_distlock.events"),
         events_mode("sync"),

@@ -37,28 +37,28 @@ def test_every_module_it_names_exists():
 
 @pytest.mark.parametrize(("topology", "runs"), [("single", True), ("sentinel", False)])
 def test_a_protocol_test_runs_on_the_single_server_only(topology, runs):
-    assert is_server_facing(on(topology), "tests/engine/test_lock.py") is runs
-    assert not is_server_facing(on("cluster"), "tests/engine/test_lock.py")
+    assert is_server_facing(on(topology), "tests/engine/locks/test_lock.py") is runs
+    assert not is_server_facing(on("cluster"), "tests/engine/locks/test_lock.py")
 
 
 def test_a_process_test_on_the_single_server_runs_and_on_the_cluster_does_not():
     single = Item(["kind_topology"], CallSpec({"kind_topology": "single"}))
     cluster = Item(["kind_topology"], CallSpec({"kind_topology": "cluster"}))
-    assert is_server_facing(single, "tests/engine/test_kinds_processes.py")
-    assert not is_server_facing(cluster, "tests/engine/test_kinds_processes.py")
+    assert is_server_facing(single, "tests/engine/locks/test_lock_kinds_processes.py")
+    assert not is_server_facing(cluster, "tests/engine/locks/test_lock_kinds_processes.py")
 
 
 def test_a_protocol_test_written_for_one_topology_runs_as_it_is():
-    assert is_server_facing(Item(["cluster_setup"]), "tests/engine/test_listing.py")
+    assert is_server_facing(Item(["cluster_setup"]), "tests/engine/listing/test_query.py")
 
 
 def test_an_engine_test_that_talks_to_no_server_does_not_run_again():
-    assert not is_server_facing(Item(["dead_backend", "api"]), "tests/engine/test_lock.py")
+    assert not is_server_facing(Item(["dead_backend", "api"]), "tests/engine/locks/test_lock.py")
     assert not is_server_facing(Item([]), "tests/engine/test_keys.py")
 
 
 def test_a_module_about_the_server_runs_whole_on_every_topology():
-    assert is_server_facing(on("cluster"), "tests/engine/test_replication.py")
+    assert is_server_facing(on("cluster"), "tests/engine/transport/test_replication.py")
     assert is_server_facing(Item([]), "tests/harness/test_redis_servers.py")
 
 
@@ -80,4 +80,4 @@ def test_the_django_layer_chaos_and_client_side_faults_do_not_run_again(path):
 def test_directories_and_support_modules_are_always_collected():
     assert may_hold_server_facing("tests/views")
     assert may_hold_server_facing("tests/conftest.py")
-    assert may_hold_server_facing("tests/engine/test_lock.py")
+    assert may_hold_server_facing("tests/engine/locks/test_lock.py")

@@ -2,7 +2,7 @@
 
 A behaviour test asks for the ``topology`` fixture (directly, or through ``backend``,
 ``make_backend`` or ``redis_client``) and, where :func:`every_topology` is that fixture
-(``tests/engine/``, ``tests/test_heldlocks.py``), runs once on each of
+(``tests/engine/``, ``tests/test_managers.py``), runs once on each of
 :data:`TOPOLOGIES`: the session's single server, its Sentinel setup and its Cluster
 (``tests/conftest.py``). :data:`single_server_only`, :data:`server_and_cluster` (tests of
 contending processes) and :data:`one_primary_only` narrow that for a test. A

@@ -47,7 +47,7 @@ WHOLE = (
     "tests/test_topology_clients.py",
     "tests/test_connections_live.py",
     "tests/test_replica_acknowledgement.py",
-    "tests/engine/test_replication.py",
+    "tests/engine/transport/test_replication.py",
     "tests/faults/test_topology_faults.py",
     "tests/faults/test_sentinel_unblocked.py",
     "tests/faults/test_failover_fences.py",

@@ -27,7 +27,8 @@ second read and the rows' decoding are :class:`Snapshot`'s.
 Breaking a hold is :func:`force_release`: a compare-and-delete on the token an operator
 saw, then a notice (the name, the token, who did it) on one channel per key prefix,
 ``<prefix>force-released``, whose listener in the holder's process
-(:mod:`..renewal.watchdog`) tells the holder at once.
+(:mod:`..renewal.watchdog`) tells the holder at once. Who holds one lock now is
+:func:`current_holder` (one ``GET`` of its key).
 
 >>> listing = Listing(backend)                                          # doctest: +SKIP
 >>> [r.name for r in listing.records(LockQuery(filters=(("startswith", "invoice:"),)))]
@@ -89,6 +90,7 @@ __all__ = [
     "Snapshot",
     "add_holds",
     "answered",
+    "current_holder",
     "force_release",
 ]
 
@@ -629,3 +631,11 @@ def _publish(backend: Backend, keys: LockKeys, notice: dict[str, str]) -> None:
             notice["name"],
             exc,
         )
+
+
+def current_holder(backend: Backend, name: str) -> LockRecord | None:
+    """Who holds the exclusive lock ``name`` of ``backend`` now, if anyone (one ``GET``;
+    the record's TTL is not read)."""
+    key = LockKeys.for_name(backend.prefix, name).lock
+    value = SyncDriver(backend, name).execute(key, "GET", key)
+    return parse_lock_value(name, value, ttl_ms=0)

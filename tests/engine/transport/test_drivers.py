@@ -380,7 +380,7 @@ async def test_a_cancellation_the_client_lost_while_routes_were_read_still_ends_
     the result instead of raising when the cancellation arrives as the write finishes:
     the cancellation stays counted (``Task.cancelling()``) but nothing raises it. Lost so
     while the running loop's routes were first read (a cluster's slot map, in the
-    re-entrant test of test_kinds_processes.py on CI), it was taken as older than the
+    re-entrant test of test_lock_kinds_processes.py on CI), it was taken as older than the
     steps, and the cancelled task waited on for the lock."""
     reading = asyncio.Event()
     aroutes = Backend.aroutes

@@ -11,7 +11,7 @@ from typing import Any, Literal
 from celery import Task
 
 from ..engine import validate_seconds
-from ..locked_runs import RunOptions
+from ..runs.locking import RunOptions
 
 __all__ = [
     "NEEDS_LOCKED_TASK",
@@ -28,7 +28,7 @@ ON_BUSY: tuple[str, ...] = ("skip", "retry", "wait")
 
 @dataclass(frozen=True, slots=True)
 class Locking(RunOptions):
-    """How a task is locked: :class:`~django_distlock.locked_runs.RunOptions` and
+    """How a task is locked: :class:`~django_distlock.runs.locking.RunOptions` and
     Celery's own (the cap on a retry's countdown, and whether ``LockedTask``'s ``lock_``
     attributes said it)."""
 

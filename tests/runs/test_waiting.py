@@ -7,8 +7,9 @@ import time
 
 import pytest
 
-from django_distlock.engine import Backend, LockKeys, TaskClaims
-from django_distlock.waiting_claims import start_waiting, stop_waiting, waiting
+from django_distlock.engine import Backend, LockKeys
+from django_distlock.runs.claims import TaskClaims
+from django_distlock.runs.waiting import start_waiting, stop_waiting, waiting
 
 NAME = "import:7"
 

@@ -13,8 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Self
 
-from .commands.terminal import escape_for_terminal, timestamp_and_age
-from .engine import (
+from ..commands.terminal import escape_for_terminal, timestamp_and_age
+from ..engine import (
     MAX_CONTEXT_LENGTH,
     Lock,
     LockError,
@@ -24,8 +24,8 @@ from .engine import (
     validate_name,
     validate_seconds,
 )
-from .heldlocks import owner_label
-from .locks import distlock
+from ..locks import distlock
+from ..managers import owner_label
 
 __all__ = ["RunOptions", "end_run", "holder_of", "lease_of", "run_label", "run_lock"]
 

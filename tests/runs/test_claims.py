@@ -8,7 +8,8 @@ import time
 import pytest
 import redis
 
-from django_distlock.engine import Backend, LockKeys, TaskClaims
+from django_distlock.engine import Backend, LockKeys
+from django_distlock.runs.claims import TaskClaims
 from tests.support.engine import close_backend
 
 NAME = "import:42"

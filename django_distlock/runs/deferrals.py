@@ -4,7 +4,7 @@ instead of at the end of the holder's lease.
 
 The put-off copy is queued as before, to run after the holder's remaining lease: that is
 the upper bound, kept whatever becomes of this process. Its id is parked beside the lock
-(:meth:`~django_distlock.engine.TaskClaims.park`). One thread per process and lock name
+(:meth:`~.claims.TaskClaims.park`). One thread per process and lock name
 waits for the lock meanwhile (a blocking wait woken by the release, not polling, bounded
 by the parked copies' times); as soon as it gets the lock it gives it back and queues an
 early copy of each parked one still waiting, marking it served (compare-and-set). A
@@ -24,8 +24,9 @@ from dataclasses import dataclass
 
 from django.db import connections
 
-from .engine import LockError, TaskClaims
-from .locks import distlock
+from ..engine import LockError
+from ..locks import distlock
+from .claims import TaskClaims
 
 __all__ = ["Parked", "serve_when_free"]
 

@@ -1,6 +1,6 @@
 """The engine's ``Listing`` (and its second read, ``snapshot``) on a Redis Cluster: one row
 per hold whatever node each bucket lives on (``HeldLock.objects`` on one server, which
-reads through the same listing: ``tests/test_heldlocks.py``)."""
+reads through the same listing: ``tests/test_managers.py``)."""
 
 from __future__ import annotations
 

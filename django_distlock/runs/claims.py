@@ -24,25 +24,18 @@ for the Celery integration (``celery-``); the Django tasks one uses ``tasks-`` (
   on the queue to run after the lock's lease, for a few seconds: other copies delivered
   meanwhile are dropped rather than all put back.
 
-Each operation is one round trip. Every key is built by
-:meth:`~django_distlock.engine.keys.LockKeys.beside` and run through the engine's driver,
-which sends it to the node serving the lock's slot; nothing is written outside the
-prefix.
+Each operation is one round trip, through the engine's extension point
+(:class:`~django_distlock.engine.BesideLock`): every key is named by it beside the lock,
+each script runs on the node serving the lock's slot, and nothing is written outside the
+prefix. Django-free.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import math
+from typing import Any
 
-from .keys import LockKeys
-from .listing.records import LockRecord, decode, parse_lock_value
-from .protocol.ops import Call
-from .protocol.scripts import NOW, Script
-from .transport.drivers import SyncDriver
-from .tuning import ms
-
-if TYPE_CHECKING:
-    from .transport.backend import Backend
+from ..engine import Backend, BesideLock, Script
 
 __all__ = [
     "CLAIM",
@@ -52,8 +45,13 @@ __all__ = [
     "START",
     "WAIT",
     "TaskClaims",
-    "current_holder",
 ]
+
+# The server's clock in ms (the done records' scores), for the scripts that need it.
+NOW = r"""
+  local now = redis.call('TIME')
+  local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+"""
 
 CLAIM = Script(
     "celery_claim",
@@ -211,37 +209,37 @@ class TaskClaims:
     docstring); ``namespace`` names the keys (``"celery"``: ``celery-claim``, ...), one per
     integration."""
 
-    __slots__ = ("claim", "defer", "deferral", "done", "driver", "lock", "name", "task_id")
+    __slots__ = ("beside", "claim", "defer", "deferral", "done", "lock", "name", "task_id")
 
     def __init__(
         self, backend: Backend, name: str, task_id: str, *, namespace: str = "celery"
     ) -> None:
-        keys = LockKeys.for_name(backend.prefix, name)
+        beside = BesideLock(backend, name)
+        self.beside = beside
         self.name = name
         self.task_id = task_id
-        self.lock = keys.lock
-        self.claim = keys.beside(f"{namespace}-claim")
-        self.done = keys.beside(f"{namespace}-done")
-        self.defer = keys.beside(f"{namespace}-defer")
-        self.deferral = keys.beside(f"{namespace}-deferral")
-        self.driver = SyncDriver(backend, name)
+        self.lock = beside.lock
+        self.claim = beside.key(f"{namespace}-claim")
+        self.done = beside.key(f"{namespace}-done")
+        self.defer = beside.key(f"{namespace}-defer")
+        self.deferral = beside.key(f"{namespace}-deferral")
 
     def take(self, lasts: float) -> str | None:
         """Claim the name for the task, about to be published, for ``lasts`` seconds;
         ``None`` on success, else the id of the task holding the claim."""
-        holder = self.driver.call(Call(CLAIM, (self.claim, self.lock), (self.task_id, ms(lasts))))
-        return None if holder is None else decode(holder)
+        holder = self.beside.run(CLAIM, (self.claim, self.lock), (self.task_id, _ms(lasts)))
+        return None if holder is None else _text(holder)
 
     def held_by_a_run(self) -> bool:
         """Whether the lock is held by a run of the task (its context label ends with
         ``[<task id>]``): a message of the task delivered again finds it so."""
-        record = _holder(self.driver, self.name, self.lock)
+        record = self.beside.holder()
         return record is not None and record.context.endswith(f"[{self.task_id}]")
 
     def start(self, lasts: float) -> bool:
         """A run of the task begins (the lock is held): ``False`` if the task has already
         run, so this delivery is a copy that must not run."""
-        reply = self.driver.call(Call(START, (self.claim, self.done), (self.task_id, ms(lasts))))
+        reply = self.beside.run(START, (self.claim, self.done), (self.task_id, _ms(lasts)))
         return int(reply) == 0
 
     def wait(self, lease: float) -> bool:
@@ -256,32 +254,32 @@ class TaskClaims:
         return self._wait(lease, "renew")
 
     def _wait(self, lease: float, mode: str) -> bool:
-        reply = self.driver.call(Call(WAIT, (self.claim,), (self.task_id, ms(lease), mode)))
+        reply = self.beside.run(WAIT, (self.claim,), (self.task_id, _ms(lease), mode))
         return int(reply) == 1
 
     def finish(self, *, requeued: bool, lasts: float) -> None:
         """The run of the task ended (remember it for ``lasts`` seconds), or it was
         published again (``requeued``: claim the name as queued for ``lasts`` seconds)."""
         mode = "queued" if requeued else "done"
-        self.driver.call(Call(FINISH, (self.claim, self.done), (self.task_id, mode, ms(lasts))))
+        self.beside.run(FINISH, (self.claim, self.done), (self.task_id, mode, _ms(lasts)))
 
     def forget(self) -> None:
         """Give up the task's claim if it still holds it (compare-and-delete): its message
         could not be published, or a run that needs no done record ended."""
-        self.driver.call(Call(FINISH, (self.claim, self.done), (self.task_id, "forget", 1)))
+        self.beside.run(FINISH, (self.claim, self.done), (self.task_id, "forget", 1))
 
     def pass_to(self, task_id: str, lasts: float) -> bool:
         """Hand the task's claim to ``task_id``, queued for ``lasts`` seconds (its
         placeholder id gets the id a backend gave the queued task, or a run that is put
         off hands the name to the task queued in its place); ``False`` if the claim is no
         longer this task's."""
-        reply = self.driver.call(Call(PASS, (self.claim,), (self.task_id, task_id, ms(lasts))))
+        reply = self.beside.run(PASS, (self.claim,), (self.task_id, task_id, _ms(lasts)))
         return int(reply) == 1
 
     def park(self, lasts: float) -> None:
         """The task (a put-off copy of a busy run, its id the copy's) is queued to run
         later; remember it for at least ``lasts`` seconds."""
-        self._deferral("park", ms(lasts))
+        self._deferral("park", _ms(lasts))
 
     def serve_early(self) -> bool:
         """The lock was released before the parked copy's time: ``True`` if it still
@@ -296,27 +294,26 @@ class TaskClaims:
     def take_parked(self) -> str:
         """The parked copy runs now: ``"s"`` if an early copy was queued in its place (it
         must not run), ``"p"`` if not (none will be), ``""`` if it was never parked."""
-        return decode(self._deferral("take"))
+        return _text(self._deferral("take"))
 
     def _deferral(self, mode: str, lasts_ms: int = 0) -> Any:
-        return self.driver.call(Call(DEFERRAL, (self.deferral,), (self.task_id, mode, lasts_ms)))
+        return self.beside.run(DEFERRAL, (self.deferral,), (self.task_id, mode, lasts_ms))
 
     def defer_once(self, lasts: float) -> bool:
         """``True`` if no other copy of the task was put back in the last ``lasts``
         seconds (and none will be until then): this copy is the one to put back."""
         defer = self.defer
         return (
-            self.driver.execute(defer, "SET", defer, self.task_id, "NX", "PX", ms(lasts))
+            self.beside.execute(defer, "SET", defer, self.task_id, "NX", "PX", _ms(lasts))
             is not None
         )
 
 
-def current_holder(backend: Backend, name: str) -> LockRecord | None:
-    """Who holds the exclusive lock ``name`` of ``backend`` now, if anyone (one ``GET``;
-    the record's TTL is not read)."""
-    key = LockKeys.for_name(backend.prefix, name).lock
-    return _holder(SyncDriver(backend, name), name, key)
+def _ms(seconds: float) -> int:
+    # Seconds as whole milliseconds for Redis, rounded up (never 0), as the engine's.
+    return max(1, math.ceil(seconds * 1000))
 
 
-def _holder(driver: SyncDriver, name: str, lock_key: str) -> LockRecord | None:
-    return parse_lock_value(name, driver.execute(lock_key, "GET", lock_key), ttl_ms=0)
+def _text(value: bytes | str) -> str:
+    # A reply from a client with or without decode_responses.
+    return value if isinstance(value, str) else value.decode("utf-8", "replace")

@@ -2,7 +2,7 @@
 integrations), kept alive by the worker that waits.
 
 A run that is about to wait for its lock marks its claim waiting for one lease of the
-lock (:meth:`~django_distlock.engine.TaskClaims.wait`), and one daemon thread per process
+lock (:meth:`~.claims.TaskClaims.wait`), and one daemon thread per process
 renews it at a third of that lease until the wait ends. A worker killed while its run
 waits renews nothing more: the claim ends at that lease's end, and the name is free
 again, instead of staying claimed "queued" for ``unique_timeout``.
@@ -18,7 +18,8 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from .engine import LockError, TaskClaims
+from ..engine import LockError
+from .claims import TaskClaims
 
 __all__ = ["Waiting", "start_waiting", "stop_waiting", "waiting"]
 

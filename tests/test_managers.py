@@ -24,7 +24,7 @@ from django_distlock.commands.terminal import escape_for_terminal
 from django_distlock.connections import get_backend
 from django_distlock.engine import Lock, Tuning, force_release
 from django_distlock.engine.keys import BUCKETS
-from django_distlock.heldlocks import HeldLockQuerySet, owner_label
+from django_distlock.managers import HeldLockQuerySet, owner_label
 from django_distlock.models import HeldLock
 from django_distlock.signals import lock_force_released
 from tests.support.engine import keys_of, lock_key, stored_lock

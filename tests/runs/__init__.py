@@ -1,0 +1,1 @@
+"""Tests of django_distlock.runs: test_<module>.py per module."""
