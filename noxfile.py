@@ -17,17 +17,34 @@ finds or builds there first. Nox never downloads an interpreter here.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import shutil
 import sys
 import tomllib
 from pathlib import Path
+from types import ModuleType
 
 import nox
 
 ROOT = Path(__file__).resolve().parent
-sys.path.insert(0, str(ROOT / "tests"))
-import run as test_command  # noqa: E402  (tests/run.py: the builders and the switches)
+
+
+def _test_command() -> ModuleType:
+    """tests/run.py (the builders and the switches), loaded from its file under a name of
+    its own: a top-level ``run`` would shadow bench/run.py for the benchmarks (bench/
+    is not a package either), wherever this file is imported, the suite included."""
+    name = "distlock_test_command"
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "run.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # its dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+test_command = _test_command()
 
 nox.options.default_venv_backend = "venv"
 nox.options.download_python = "never"
