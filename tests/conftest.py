@@ -1,5 +1,5 @@
 """Fixtures of the whole suite: real, private Redis servers and topologies, Django's cache
-pointed at them, the check that no test leaves a lock held by nobody, and what several
+pointed at them, the check that no test leaves a lock held, and what several
 test packages share (proxies, forked children, events off, locks held for a test, a dead
 Redis URL). Fixtures of one package live in its own ``conftest.py``; plain helpers in
 ``tests/support/``.
@@ -116,11 +116,12 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.fixture(autouse=True)
 def _no_lock_left_held() -> Iterator[None]:
-    """Fail a test that leaves an auto-renewing lock held by nobody (a dropped lock
-    object, an ended thread or task): see ``tests/support/hygiene.py``."""
+    """Fail a test that leaves an auto-renewing lock held: by nobody (a dropped lock
+    object, an ended thread or task), or by a lock object it never released: see
+    ``tests/support/hygiene.py``."""
     yield
     left = release_abandoned_holds()
-    assert not left, f"the test left locks held by nobody: {', '.join(left)}"
+    assert not left, f"the test left locks held: {', '.join(left)}"
 
 
 @pytest.fixture(scope="session")

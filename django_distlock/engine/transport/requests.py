@@ -188,6 +188,34 @@ async def aconnection(pool: Any) -> Any:
     return connection
 
 
+async def _asend(connection: Any, commands: Sequence[Sequence[Any]]) -> None:
+    """Write ``commands`` on ``connection``, on a new connection when the pooled one turns
+    out to be lost as the write starts (nothing of it reached the server).
+
+    The asyncio transport writes at once and raises only when the socket refused that
+    first write or was lost before it: a reset while the connection sat in the pool (a
+    proxy's or a firewall's RST), which redis-py's pure-Python parser does not see in
+    ``can_read`` (:func:`aconnection`). Bytes the kernel took are never reported as a
+    failure of this write, so the request is written again, once, on a new connection;
+    a write that failed there, or timed out (the transport's buffer was full, so part of
+    it may have gone), is the request's error. CPython 3.13.0-3.13.5 raise
+    ``AttributeError`` for a lost transport (python/cpython#136234) where other versions
+    drop the bytes and fail the drain."""
+    packed = connection.pack_commands(commands)
+    try:
+        await connection.send_packed_command(packed)
+        return
+    except (ConnectionError, OSError, AttributeError) as exc:
+        if isinstance(exc, TimeoutError):
+            raise
+    await connection.disconnect(nowait=True)
+    try:
+        await connection.connect()
+    except (ConnectionError, OSError) as exc:
+        raise NotSent(exc) from exc
+    await connection.send_packed_command(packed)
+
+
 async def aexchange(pool: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
     """Async twin of :func:`exchange` (the caller bounds it with ``asyncio.timeout``)."""
     try:
@@ -195,7 +223,7 @@ async def aexchange(pool: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
     except (ConnectionError, OSError) as exc:
         raise NotSent(exc) from exc
     try:
-        await connection.send_packed_command(connection.pack_commands(commands))
+        await _asend(connection, commands)
         replies = []
         for _ in commands:
             try:

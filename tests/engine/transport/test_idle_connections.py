@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Callable
 
 import pytest
+import redis
+import redis.asyncio
 from redis.crc import key_slot
 
 from django_distlock.engine import Backend, Lock, LockKeys
 from tests.support.engine import Api, close_backend
+from tests.support.proxy import TcpProxy
+from tests.support.redis_servers import RedisServer
 from tests.support.topologies import ClusterSetup
 
 PREFIX = "distlock:"
@@ -61,3 +66,33 @@ async def test_a_lock_migrating_onto_a_node_whose_idle_connections_were_closed_r
     with other.client() as probe:
         assert probe.exists(LockKeys.for_name(PREFIX, name).lock) == 0
     await close_backend(backend)
+
+
+async def test_an_idle_connection_the_network_reset_is_not_written_on(
+    api: Api, redis_server: RedisServer, make_proxy: Callable[[RedisServer], TcpProxy]
+) -> None:
+    """A pooled connection reset while idle (a proxy's or firewall's RST, not the
+    server's orderly close) is connected anew before a request is written on it.
+
+    redis-py's pure-Python parser does not see the reset in ``can_read``. On CPython
+    3.13.0-3.13.5 asyncio's ``writelines`` on such a transport raised ``AttributeError``
+    (python/cpython#136234), which escaped ``aacquire`` as is (found by the Python 3.13
+    pass); on 3.11 the write's drain failed, and an acquire that never reached Redis raised
+    ``LockBackendUnavailable`` with the server up. The sync pool's check sees the reset."""
+    proxy = make_proxy(redis_server)
+    backend = Backend(
+        redis.Redis.from_url(proxy.url),
+        async_client=lambda: redis.asyncio.Redis.from_url(proxy.url),
+    )
+    lock = Lock("reset-while-idle", backend=backend, timeout=30, auto_renew=False)
+    try:
+        assert await api.acquire(lock, blocking=False)
+        await api.release(lock)
+        proxy.cut()  # every pooled connection is reset: both ends get an RST
+        await asyncio.sleep(0.2)  # the client's side has seen it
+
+        assert await api.acquire(lock, blocking=False)
+        assert await api.owned(lock)
+        await api.release(lock)
+    finally:
+        await close_backend(backend)

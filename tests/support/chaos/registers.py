@@ -16,6 +16,7 @@ library (:func:`final_values`, :func:`accepted_writes`).
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 import sys
 from collections.abc import Callable
@@ -111,7 +112,7 @@ class Registers:
 
 def final_values(database: str | Path) -> dict[str, int]:
     """Each register's value at the end of a run (read without Django)."""
-    with sqlite3.connect(database, timeout=BUSY_SECONDS) as connection:
+    with contextlib.closing(sqlite3.connect(database, timeout=BUSY_SECONDS)) as connection:
         rows = connection.execute(f"SELECT number, amount FROM {TABLE}").fetchall()
     return {name: amount for name, amount in rows}
 
@@ -119,7 +120,7 @@ def final_values(database: str | Path) -> dict[str, int]:
 def accepted_writes(database: str | Path) -> dict[str, int]:
     """Each register's count of accepted fenced writes at the end of a run: the database's
     own count (``status``), writes whose client never learned the outcome included."""
-    with sqlite3.connect(database, timeout=BUSY_SECONDS) as connection:
+    with contextlib.closing(sqlite3.connect(database, timeout=BUSY_SECONDS)) as connection:
         rows = connection.execute(f"SELECT number, status FROM {TABLE}").fetchall()
     return {name: int(status) for name, status in rows}
 
