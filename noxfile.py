@@ -106,6 +106,7 @@ def tests(session: nox.Session, redis_py: str, server: str) -> None:
         "python",
         "-m",
         "pytest",
+        *test_command.WORKERS,
         *session.posargs,
         env={test_command.SERVER_ENV_VAR: binary},
     )

@@ -74,7 +74,7 @@ def test_an_unknown_second_pass_is_refused_naming_the_choices() -> None:
         timeout=60,
     )
     assert result.returncode == 1
-    assert "DISTLOCK_SECOND_PASS is one of redis7, py313" in result.stderr
+    assert "DISTLOCK_SECOND_PASS is one of py313, redis7" in result.stderr
 
 
 def test_without_a_python_313_or_root_it_says_what_to_install(

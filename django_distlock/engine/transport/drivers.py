@@ -38,6 +38,7 @@ from .requests import (
     Redirect,
     Request,
     Routing,
+    asend,
     asking_after,
     by_server,
     commands_for,
@@ -614,11 +615,9 @@ class AsyncDriver:
         server_wait = self.backend.tuning.server_wait
         blpop = ("BLPOP", *keys, server_wait)
         try:
+            await asend(connection, [("ASKING",), blpop] if asking else [blpop])
             if asking:
-                await connection.send_packed_command(connection.pack_commands([("ASKING",), blpop]))
                 await connection.read_response()
-            else:
-                await connection.send_command(*blpop)
         except BaseException:
             self._drop_wait()
             raise

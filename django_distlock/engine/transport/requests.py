@@ -50,6 +50,7 @@ __all__ = [
     "aconnection",
     "aexchange",
     "answer_of",
+    "asend",
     "asking_after",
     "by_server",
     "commands_for",
@@ -188,7 +189,7 @@ async def aconnection(pool: Any) -> Any:
     return connection
 
 
-async def _asend(connection: Any, commands: Sequence[Sequence[Any]]) -> None:
+async def asend(connection: Any, commands: Sequence[Sequence[Any]]) -> None:
     """Write ``commands`` on ``connection``, on a new connection when the pooled one turns
     out to be lost as the write starts (nothing of it reached the server).
 
@@ -223,7 +224,7 @@ async def aexchange(pool: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
     except (ConnectionError, OSError) as exc:
         raise NotSent(exc) from exc
     try:
-        await _asend(connection, commands)
+        await asend(connection, commands)
         replies = []
         for _ in commands:
             try:

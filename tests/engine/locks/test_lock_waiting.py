@@ -100,13 +100,25 @@ async def test_a_waiter_gets_the_lock_right_after_the_lease_ends(api, make_backe
         holder_deadline = deadline_of(holder)
         before = script_calls(redis_client)
         pending = waiter(api, Lock("expiry", backend=backend), blocking_timeout=5)
+        # No polling while the lease runs: the waiter's busy attempt, then nothing until
+        # the lease end (a poller every 0.1 s would have sent two more by now) but, from
+        # the second round, one re-check at once: the previous round's release, with no
+        # waiter, left its wake-up signal (kept 3 s for a waiter about to block), which
+        # this waiter takes as it starts waiting. That round trip is a known cost of the
+        # unfair wake-up, left for the handoff work (issue 31).
+        await asyncio.sleep(max(0.0, holder_deadline - 0.05 - time.monotonic()))
+        during_the_lease = script_calls(redis_client) - before
         acquired, at, fence = await pending
         assert acquired
         assert fence > holder.fence
         # Never before the holder's own idea of its lease end...
         assert at - holder_deadline > -0.002
         lateness.append(at - holder_deadline)
-        assert script_calls(redis_client) - before <= 4
+        assert during_the_lease <= 2
+        # Then the attempt that takes it, and the release. The re-check is timed from
+        # when the busy attempt was sent, so under load it can reach the server a little
+        # before the key expires: a short wait and one more attempt.
+        assert script_calls(redis_client) - before <= 5
         assert holder.lost
         with pytest.raises(LockLost):
             await api.release(holder)

@@ -58,7 +58,9 @@ def test_bad_backend_arguments_are_rejected_naming_the_argument(kwargs, error, a
         Backend(redis.Redis(), **kwargs)
 
 
-@pytest.mark.parametrize("client", ["redis://localhost", 42, redis.asyncio.Redis()], ids=repr)
+@pytest.mark.parametrize(
+    "client", ["redis://localhost", 42, redis.asyncio.Redis()], ids=["url", "int", "async-client"]
+)
 def test_backend_client_must_be_a_sync_redis_client(client):
     with pytest.raises(TypeError, match="client"):
         Backend(client)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 
 import pytest
@@ -96,3 +97,44 @@ async def test_an_idle_connection_the_network_reset_is_not_written_on(
         await api.release(lock)
     finally:
         await close_backend(backend)
+
+
+async def test_an_idle_wait_connection_the_network_reset_is_not_written_on(
+    api: Api, redis_server: RedisServer, make_proxy: Callable[[RedisServer], TcpProxy]
+) -> None:
+    """The same for the connections blocking acquires wait on (their own pool): a waiter
+    whose pooled wait connection was reset while idle waits on a new one, and is woken by
+    the release (the chaos runs' ``mutex-async`` workload on Python 3.13 found it)."""
+    proxy = make_proxy(redis_server)
+    backend = Backend(
+        redis.Redis.from_url(proxy.url),
+        async_client=lambda: redis.asyncio.Redis.from_url(proxy.url),
+    )
+    direct = Backend(redis.Redis.from_url(redis_server.url))
+    name = "reset-while-waiting"
+    holder = Lock(name, backend=direct, timeout=30, auto_renew=False)
+    waiter = Lock(name, backend=backend, timeout=30, auto_renew=False)
+    taken = threading.Event()
+
+    def hold_briefly() -> None:  # a sync lock is released by the thread that took it
+        with holder:
+            taken.set()
+            time.sleep(0.3)
+
+    try:
+        for reset in (False, True):
+            taken.clear()
+            other = threading.Thread(target=hold_briefly)
+            other.start()
+            try:
+                assert taken.wait(5)
+                assert await api.acquire(waiter, blocking_timeout=10)
+            finally:
+                await asyncio.to_thread(other.join)
+            await api.release(waiter)
+            if not reset:
+                proxy.cut()  # the wait connection, back in its pool, is reset
+                await asyncio.sleep(0.2)
+    finally:
+        await close_backend(backend)
+        direct.close()
