@@ -137,10 +137,13 @@ async def test_every_operation_works_after_the_script_cache_is_flushed(api, back
 
 
 async def test_renewal_works_after_the_script_cache_is_flushed(api, backend, redis_client):
-    lock = Lock("flushed", backend=backend, timeout=0.3)
+    # Renewed every third of a 1 s lease, with the scripts gone from the server: without
+    # the renewals the key is gone at 1 s (a 0.3 s lease left too little room for a
+    # late renewal on a loaded machine).
+    lock = Lock("flushed", backend=backend, timeout=1.0)
     await api.acquire(lock)
     redis_client.script_flush()
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(1.5)
     assert redis_client.pttl(lock_key("flushed")) > 0
     assert not lock.lost
     await api.release(lock)
