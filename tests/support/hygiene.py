@@ -38,23 +38,21 @@ def _watched() -> list[Hold]:
     return [hold for hold in unique.values() if not settled(hold) and hold.generation == generation]
 
 
-def release_abandoned_holds() -> list[str]:
-    """Release the holds nobody can release any more, and those still held at the end of
-    the test; return their names. The locks of
-    failed acquires that the watchdog is still giving back (their server was down) are
-    no test's fault: they are dropped quietly, so that no later test sees their
-    releases."""
+def release_left_holds() -> list[str]:
+    """Release the holds a test left: those nobody can release any more, and those a lock
+    object still holds when the test is over; return their names and why. The locks of
+    failed acquires that the watchdog is still giving back (their server was down) are no
+    test's fault: they are dropped quietly, so that no later test sees their releases."""
     if not _watched():
         return []
     gc.collect()
     for hold in _watched():
         if hold.giving_back:
             hold.released = True
-    left = {id(hold): abandoned_reason(hold) or "still held" for hold in _watched()}
-    holds = _watched()
-    for hold in holds:
+    left = [(hold, abandoned_reason(hold) or "still held") for hold in _watched()]
+    for hold, _ in left:
         hold.released = True  # the watchdog leaves it alone from now on
         # A test that stopped its server: the lease runs out there.
         with contextlib.suppress(LockError):
             SyncDriver(hold.backend, hold.name).call(abandoned_release_call(hold))
-    return sorted(f"{hold.name!r} ({left[id(hold)]})" for hold in holds)
+    return sorted(f"{hold.name!r} ({why})" for hold, why in left)

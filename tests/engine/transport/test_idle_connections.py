@@ -69,11 +69,19 @@ async def test_a_lock_migrating_onto_a_node_whose_idle_connections_were_closed_r
     await close_backend(backend)
 
 
+def _backend_through(proxy: TcpProxy) -> Backend:
+    """A backend whose sync and async clients reach the server through ``proxy``."""
+    return Backend(
+        redis.Redis.from_url(proxy.url),
+        async_client=lambda: redis.asyncio.Redis.from_url(proxy.url),
+    )
+
+
 async def test_an_idle_connection_the_network_reset_is_not_written_on(
     api: Api, redis_server: RedisServer, make_proxy: Callable[[RedisServer], TcpProxy]
 ) -> None:
-    """A pooled connection reset while idle (a proxy's or firewall's RST, not the
-    server's orderly close) is connected anew before a request is written on it.
+    """A request whose write fails on a pooled connection reset while idle (a proxy's or
+    firewall's RST, not the server's orderly close) is written again on a new one.
 
     redis-py's pure-Python parser does not see the reset in ``can_read``. On CPython
     3.13.0-3.13.5 asyncio's ``writelines`` on such a transport raised ``AttributeError``
@@ -81,10 +89,7 @@ async def test_an_idle_connection_the_network_reset_is_not_written_on(
     pass); on 3.11 the write's drain failed, and an acquire that never reached Redis raised
     ``LockBackendUnavailable`` with the server up. The sync pool's check sees the reset."""
     proxy = make_proxy(redis_server)
-    backend = Backend(
-        redis.Redis.from_url(proxy.url),
-        async_client=lambda: redis.asyncio.Redis.from_url(proxy.url),
-    )
+    backend = _backend_through(proxy)
     lock = Lock("reset-while-idle", backend=backend, timeout=30, auto_renew=False)
     try:
         assert await api.acquire(lock, blocking=False)
@@ -106,10 +111,7 @@ async def test_an_idle_wait_connection_the_network_reset_is_not_written_on(
     whose pooled wait connection was reset while idle waits on a new one, and is woken by
     the release (the chaos runs' ``mutex-async`` workload on Python 3.13 found it)."""
     proxy = make_proxy(redis_server)
-    backend = Backend(
-        redis.Redis.from_url(proxy.url),
-        async_client=lambda: redis.asyncio.Redis.from_url(proxy.url),
-    )
+    backend = _backend_through(proxy)
     direct = Backend(redis.Redis.from_url(redis_server.url))
     name = "reset-while-waiting"
     holder = Lock(name, backend=direct, timeout=30, auto_renew=False)
