@@ -26,6 +26,7 @@ import pytest
 import redis
 
 from testproject import redis_url_file
+from tests.support.pipes import finish
 from tests.support.redis_servers import RedisServer
 from tests.support.servers import free_port
 
@@ -177,7 +178,7 @@ def test_close_books_refuses_a_second_run(
         assert f":{first.pid} MainThread since " in second.stderr
         assert first.poll() is None  # still holding: the refusal was no race
         flag.unlink()
-        stdout, stderr = first.communicate(timeout=30)
+        stdout, stderr = finish(first, timeout=30)
     assert first.returncode == 0, stderr
     assert "step 2/2" in stdout
     assert "books closed" in stdout
@@ -215,7 +216,7 @@ def test_hold_locks(demo: Callable[..., subprocess.CompletedProcess[str]]) -> No
         listed = demo("distlock", "list")
         assert "report:1" in listed.stdout
         workers.send_signal(signal.SIGTERM)
-        stdout, stderr = workers.communicate(timeout=30)
+        stdout, stderr = finish(workers, timeout=30)
     assert workers.returncode == 0, stderr
     assert "released report:1" in stdout
     assert "all workers done" in stdout
@@ -235,7 +236,7 @@ def test_hold_locks_stopped_by_sigterm_stops_its_workers(
             seen.append(workers.stdout.readline())
             assert seen[-1], seen
         workers.send_signal(signal.SIGTERM)
-        stdout, stderr = workers.communicate(timeout=30)
+        stdout, stderr = finish(workers, timeout=30)
     assert workers.returncode == 0, stderr
     assert "released report:1" in stdout
     assert "released report:2" in stdout
@@ -267,7 +268,7 @@ def test_hold_locks_workers_notice_a_force_release_and_go_on(
         while not any("holds report:1 again" in line for line in after):
             after.append(workers.stdout.readline())
             assert after[-1], after
-        stdout, stderr = workers.communicate(timeout=30)
+        stdout, stderr = finish(workers, timeout=30)
     notices = [line for line in after if "lost report:1" in line]
     assert len(notices) == 1, after
     assert "it was force-released by manage.py distlock release on " in notices[0]
