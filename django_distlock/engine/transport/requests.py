@@ -173,11 +173,13 @@ async def aconnection(pool: Any) -> Any:
     "Connection closed by server" though it never reached Redis. One that is closed, or
     has anything to read (no reply is left unread on a pooled connection: see
     :func:`exchange`), is connected anew before anything is written on it. The sync pool
-    needs no such check: its ``can_read`` raises on a closed socket, and it reconnects."""
+    needs no such check: its ``can_read`` raises on a closed socket, and it reconnects.
+    (``can_read_destructive`` is the asyncio name redis-py 5.3 and 8 both have; 8 adds
+    ``can_read``, the same check.)"""
     connection = await pool.get_connection()
     try:
         try:
-            stale = await connection.can_read()
+            stale = await connection.can_read_destructive()
         except (ConnectionError, OSError):
             stale = True
         if stale:
@@ -196,7 +198,7 @@ async def asend(connection: Any, commands: Sequence[Sequence[Any]]) -> None:
     The asyncio transport writes at once and raises only when the socket refused that
     first write or was lost before it: a reset while the connection sat in the pool (a
     proxy's or a firewall's RST), which redis-py's pure-Python parser does not see in
-    ``can_read`` (:func:`aconnection`). Bytes the kernel took are never reported as a
+    ``can_read_destructive`` (:func:`aconnection`). Bytes the kernel took are never reported as a
     failure of this write, so the request is written again, once, on a new connection;
     a write that failed there, or timed out (the transport's buffer was full, so part of
     it may have gone), is the request's error. CPython 3.13.0-3.13.5 raise

@@ -571,7 +571,9 @@ class AsyncClusterRoutes(AsyncRoutes):
         return [self._server(node) for node in self._cluster.get_primaries()]
 
     async def moved(self, error: MovedError) -> None:
-        await self._cluster.nodes_manager.move_slot(error)
+        updated = self._cluster.nodes_manager.move_slot(error)
+        if inspect.isawaitable(updated):  # a coroutine from redis-py 8 on; 7.4 updates at once
+            await updated
 
     def asked(self, error: AskError) -> AsyncServer:
         node = self._cluster.get_node(host=error.host, port=error.port)
