@@ -31,6 +31,7 @@ what it needs: see :func:`run_matrix`.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -38,7 +39,9 @@ import signal
 import subprocess
 import sys
 import tarfile
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -78,6 +81,8 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "djan
 BUILT_PREFIX = CACHE / "python3.13"
 BUILT_PYTHON = BUILT_PREFIX / "bin" / "python3.13"
 BUILT_VALKEY = CACHE / "valkey9" / "bin" / "valkey-server"
+BUILD_LOG = CACHE / "python3.13-build.log"
+"""The output of the CPython build's steps (it runs beside the first pass)."""
 SOURCES_LIST = Path("/etc/apt/sources.list.d/django-distlock-src.sources")
 SOURCES_ENTRY = """\
 # Source packages for django-distlock's tests/run.py and noxfile.py:
@@ -106,11 +111,16 @@ PYTHON_BUILD_DEPS = [
 zlib, ctypes, ...)."""
 
 
-def run(*command: str | Path, cwd: Path = ROOT) -> None:
-    """Run a setup step; exit with an error message if it fails."""
-    result = subprocess.run(command, cwd=cwd, check=False)
+def run(*command: str | Path, cwd: Path = ROOT, log: Path | None = None) -> None:
+    """Run a setup step (its output appended to ``log``, if given); exit with an error
+    message if it fails."""
+    with open(log, "a") if log is not None else contextlib.nullcontext() as output:
+        result = subprocess.run(
+            command, cwd=cwd, check=False, stdout=output, stderr=subprocess.STDOUT if log else None
+        )
     if result.returncode != 0:
-        sys.exit(f"tests/run.py: {' '.join(map(str, command))} failed ({result.returncode})")
+        where = f"; its output is in {log}" if log is not None else ""
+        sys.exit(f"tests/run.py: {' '.join(map(str, command))} failed ({result.returncode}){where}")
 
 
 def ensure_venv() -> None:
@@ -173,6 +183,29 @@ def build_python313() -> str:
     """Build CPython 3.13 from Debian trixie's source package into :data:`BUILT_PREFIX`,
     once per machine (minutes on 2 cores). Needs root on Debian, for apt-get; elsewhere
     exits saying what to install."""
+    ensure_python_buildable()
+    CACHE.mkdir(parents=True, exist_ok=True)
+    BUILD_LOG.write_text("")
+    print(
+        f"tests/run.py: building CPython 3.13 into {BUILT_PREFIX} (once; log: {BUILD_LOG})",
+        flush=True,
+    )
+    add_source_packages(BUILD_LOG)
+    run("apt-get", "install", "-y", "--no-install-recommends", *PYTHON_BUILD_DEPS, log=BUILD_LOG)
+    source = unpack_source_package("python3.13", "trixie", CACHE / "src", BUILD_LOG)
+    configure = ("./configure", f"--prefix={BUILT_PREFIX}", "--with-ensurepip=install")
+    run(*configure, cwd=source, log=BUILD_LOG)
+    # Niced: it runs beside the first pass (see main), whose timing comes first.
+    run("nice", "-n", "19", "make", f"-j{os.cpu_count() or 2}", cwd=source, log=BUILD_LOG)
+    run("make", "install", cwd=source, log=BUILD_LOG)
+    if python_version(BUILT_PYTHON) != "3.13":
+        sys.exit(f"tests/run.py: the CPython built into {BUILT_PREFIX} does not run")
+    return str(BUILT_PYTHON)
+
+
+def ensure_python_buildable() -> None:
+    """Exit saying what to install unless this is a root Debian shell, where
+    :func:`build_python313` can build CPython 3.13."""
     if os.geteuid() != 0 or shutil.which("apt-get") is None:
         sys.exit(
             "tests/run.py: no Python 3.13 or 3.12 found (on PATH as python3.13 or "
@@ -181,33 +214,23 @@ def build_python313() -> str:
             "install 3.13`) so that `python3.13` is on PATH, or run with "
             f"{SECOND_PASS_ENV_VAR}=redis7."
         )
-    print(f"tests/run.py: building CPython 3.13 into {BUILT_PREFIX} (once)", flush=True)
-    add_source_packages()
-    run("apt-get", "install", "-y", "--no-install-recommends", *PYTHON_BUILD_DEPS)
-    source = unpack_source_package("python3.13", "trixie", CACHE / "src")
-    run("./configure", f"--prefix={BUILT_PREFIX}", "--with-ensurepip=install", cwd=source)
-    run("make", f"-j{os.cpu_count() or 2}", cwd=source)
-    run("make", "install", cwd=source)
-    if python_version(BUILT_PYTHON) != "3.13":
-        sys.exit(f"tests/run.py: the CPython built into {BUILT_PREFIX} does not run")
-    return str(BUILT_PYTHON)
 
 
-def add_source_packages() -> None:
+def add_source_packages(log: Path | None = None) -> None:
     """A ``deb-src`` entry for trixie and sid (:data:`SOURCES_LIST`), then ``apt-get
-    update``."""
+    update`` (its output to ``log``, if given)."""
     os.environ.setdefault("DEBIAN_FRONTEND", "noninteractive")
     if not SOURCES_LIST.exists() or SOURCES_LIST.read_text() != SOURCES_ENTRY:
         SOURCES_LIST.write_text(SOURCES_ENTRY)
-    run("apt-get", "update")
+    run("apt-get", "update", log=log)
 
 
-def unpack_source_package(package: str, suite: str, into: Path) -> Path:
+def unpack_source_package(package: str, suite: str, into: Path, log: Path | None = None) -> Path:
     """Download the source package ``package`` of Debian ``suite`` (``apt-get source
-    --download-only``) into ``into`` and unpack its upstream tarball there; return the
-    unpacked directory."""
+    --download-only``, its output to ``log``, if given) into ``into`` and unpack its
+    upstream tarball there; return the unpacked directory."""
     into.mkdir(parents=True, exist_ok=True)
-    run("apt-get", "source", "--download-only", f"{package}/{suite}", cwd=into)
+    run("apt-get", "source", "--download-only", f"{package}/{suite}", cwd=into, log=log)
     tarballs = sorted(
         path for path in into.glob(f"{package}_*.orig.tar.*") if path.suffix != ".asc"
     )
@@ -324,6 +347,40 @@ class Pass:
     args: list[str]
     workers: list[str] = field(default_factory=list)
     """pytest-xdist's options (:data:`WORKERS`), or none: one process."""
+    setup: Background | None = None
+    """What must be done before this pass starts, under way while the passes before it
+    run (the Python 3.13 build), or ``None``: ready."""
+
+
+class Background:
+    """A setup step run in a thread, beside the first pass: building CPython 3.13 takes
+    11 minutes on 2 cores, which ``.ci/run`` could not afford after the first pass. Its
+    output goes to a log (:data:`BUILD_LOG`), so the pass's own stays readable."""
+
+    def __init__(self, step: Callable[[], None]) -> None:
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(step,), daemon=True)
+        self._thread.start()
+
+    def _run(self, step: Callable[[], None]) -> None:
+        try:
+            step()
+        except BaseException as exc:  # SystemExit from run() too: wait() raises it
+            self._failure = exc
+
+    def wait(self) -> None:
+        """Wait until the step has ended; raise what it raised."""
+        if self._thread.is_alive():
+            print("tests/run.py: waiting for the setup of the next pass", flush=True)
+        self._thread.join()
+        if self._failure is not None:
+            raise self._failure
+
+
+def second_python_at_hand() -> bool:
+    """Whether the Django 6.0 pass's interpreter needs no build: its venv works, or a
+    Python 3.13 or 3.12 is found (the one built before included)."""
+    return python_version(PYTHON_313) in SECOND_PYTHONS or find_second_python() is not None
 
 
 def plan(args: list[str], second: str) -> list[Pass]:
@@ -334,8 +391,13 @@ def plan(args: list[str], second: str) -> list[Pass]:
     passes = [Pass(PYTHON, wheel_valkey(), args)]
     redis = shutil.which("redis-server")
     if second == "py313":
-        ensure_venv_313()
-        passes.append(Pass(PYTHON_313, redis or passes[0].binary, args, WORKERS))
+        setup = None
+        if second_python_at_hand():
+            ensure_venv_313()
+        else:  # built while the first pass runs
+            ensure_python_buildable()  # else say what to install now, not after pass 1
+            setup = Background(ensure_venv_313)
+        passes.append(Pass(PYTHON_313, redis or passes[0].binary, args, WORKERS, setup))
     elif redis is not None:
         passes.append(Pass(PYTHON, redis, args or SERVER_FACING))
     return passes
@@ -437,7 +499,22 @@ def main(args: list[str]) -> int:
     install_postgresql()
     install_redis()
     passes = plan(args, second)
+    try:
+        return run_passes(passes, args)
+    finally:
+        # A setup still under way (a failed first pass) is finished, not orphaned: the
+        # build is kept for the next run.
+        for each in passes:
+            if each.setup is not None:
+                with contextlib.suppress(BaseException):
+                    each.setup.wait()
+
+
+def run_passes(passes: list[Pass], args: list[str]) -> int:
+    """Run ``passes`` in turn, each after its setup; the first failing one's exit code."""
     for number, each in enumerate(passes, 1):
+        if each.setup is not None:
+            each.setup.wait()
         selected = "" if each.args == args else ": " + " ".join(each.args)
         print(
             f"tests/run.py: pass {number} of {len(passes)}, {describe(each.python)} on "

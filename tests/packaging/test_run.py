@@ -8,6 +8,7 @@ import stat
 import subprocess
 import sys
 import tarfile
+import threading
 from pathlib import Path
 
 import pytest
@@ -97,8 +98,96 @@ def test_the_upstream_tarball_is_unpacked_not_its_signature(
     shutil.rmtree(source)
     (tmp_path / "python3.13_3.13.5.orig.tar.xz.asc").write_text("-----BEGIN PGP SIGNATURE")
     asked = []
-    monkeypatch.setattr(run, "run", lambda *command, cwd: asked.append((command, cwd)))
+    monkeypatch.setattr(run, "run", lambda *command, cwd, log=None: asked.append((command, cwd)))
     unpacked = run.unpack_source_package("python3.13", "trixie", tmp_path)
     assert asked == [(("apt-get", "source", "--download-only", "python3.13/trixie"), tmp_path)]
     assert unpacked == source
     assert (unpacked / "configure").is_file()
+
+
+def test_a_background_step_runs_beside_the_caller_and_its_failure_is_raised_by_wait() -> None:
+    started, release = threading.Event(), threading.Event()
+
+    def step() -> None:
+        started.set()
+        release.wait(10)
+        sys.exit("tests/run.py: make failed (2)")
+
+    background = run.Background(step)
+    assert started.wait(10)  # running while the caller goes on
+    release.set()
+    with pytest.raises(SystemExit, match="make failed"):
+        background.wait()
+
+
+@pytest.fixture
+def no_second_python(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """No Python 3.13 or 3.12 at hand, as root on Debian: ``plan`` must build one. The build
+    (``ensure_venv_313``) is a stand-in that records the thread it ran in."""
+    ran_in: list[str] = []
+    monkeypatch.delenv(run.SERVER_ENV_VAR, raising=False)
+    monkeypatch.setattr(run, "second_python_at_hand", lambda: False)
+    monkeypatch.setattr(run, "wheel_valkey", lambda: "valkey-server")
+    monkeypatch.setattr(run.shutil, "which", lambda name: f"/usr/bin/{name}")
+    monkeypatch.setattr(run.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(
+        run, "ensure_venv_313", lambda: ran_in.append(threading.current_thread().name)
+    )
+    return ran_in
+
+
+def test_the_python_build_runs_beside_the_first_pass_and_the_second_waits_for_it(
+    no_second_python: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CPython 3.13 is built while pass 1 runs (11 minutes that ``.ci/run`` could not add
+    after it), and pass 2 starts only once the build has ended."""
+    gate = threading.Event()
+    monkeypatch.setattr(
+        run, "ensure_venv_313", lambda: (gate.wait(10), no_second_python.append("built"))
+    )
+    passes = run.plan([], "py313")
+    assert passes[1].setup is not None
+    started: list[tuple[Path, list[str]]] = []
+
+    def fake_pytest(python: Path, args: list[str], binary: str, workers: list[str]) -> int:
+        started.append((python, list(no_second_python)))
+        gate.set()  # the build ends while the first pass runs
+        return 0
+
+    monkeypatch.setattr(run, "run_pytest", fake_pytest)
+    monkeypatch.setattr(run, "describe", lambda python: "Python")
+    monkeypatch.setattr(run, "server_version", lambda binary: "server")
+    assert run.run_passes(passes, []) == 0
+    assert started == [(run.PYTHON, []), (run.PYTHON_313, ["built"])]
+
+
+def test_a_failed_build_fails_the_run_after_the_first_pass(
+    no_second_python: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(run, "ensure_venv_313", lambda: sys.exit("tests/run.py: make failed (2)"))
+    passes = run.plan([], "py313")
+    ran: list[Path] = []
+    monkeypatch.setattr(run, "run_pytest", lambda python, *rest: ran.append(python) or 0)
+    monkeypatch.setattr(run, "describe", lambda python: "Python")
+    monkeypatch.setattr(run, "server_version", lambda binary: "server")
+    with pytest.raises(SystemExit, match="make failed"):
+        run.run_passes(passes, [])
+    assert ran == [run.PYTHON]
+
+
+def test_without_a_python_to_find_or_build_it_stops_before_the_first_pass(
+    no_second_python: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(run.os, "geteuid", lambda: 1000)
+    with pytest.raises(SystemExit, match=r"install Python 3\.13"):
+        run.plan([], "py313")
+    assert no_second_python == []  # no build started
+
+
+def test_with_a_python_at_hand_the_second_venv_is_ready_before_the_first_pass(
+    no_second_python: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(run, "second_python_at_hand", lambda: True)
+    passes = run.plan([], "py313")
+    assert passes[1].setup is None
+    assert no_second_python == [threading.current_thread().name]

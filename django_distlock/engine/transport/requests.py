@@ -14,7 +14,7 @@ primary, a connection that could not be opened) is sent again.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -174,12 +174,11 @@ async def aconnection(pool: Any) -> Any:
     has anything to read (no reply is left unread on a pooled connection: see
     :func:`exchange`), is connected anew before anything is written on it. The sync pool
     needs no such check: its ``can_read`` raises on a closed socket, and it reconnects.
-    (``can_read_destructive`` is the asyncio name redis-py 5.3 and 8 both have; 8 adds
-    ``can_read``, the same check.)"""
+    (:func:`_pending` is that check on both redis-py lines.)"""
     connection = await pool.get_connection()
     try:
         try:
-            stale = await connection.can_read_destructive()
+            stale = await _pending(connection)
         except (ConnectionError, OSError):
             stale = True
         if stale:
@@ -191,6 +190,14 @@ async def aconnection(pool: Any) -> Any:
     return connection
 
 
+def _pending(connection: Any) -> Awaitable[bool]:
+    """Whether the asyncio ``connection`` has anything to read or is closed: ``can_read``
+    from redis-py 8 on, where the older name, ``can_read_destructive`` (7.4), warns that
+    it is deprecated."""
+    check = getattr(connection, "can_read", None) or connection.can_read_destructive
+    return check()
+
+
 async def asend(connection: Any, commands: Sequence[Sequence[Any]]) -> None:
     """Write ``commands`` on ``connection``, on a new connection when the pooled one turns
     out to be lost as the write starts (nothing of it reached the server).
@@ -198,7 +205,7 @@ async def asend(connection: Any, commands: Sequence[Sequence[Any]]) -> None:
     The asyncio transport writes at once and raises only when the socket refused that
     first write or was lost before it: a reset while the connection sat in the pool (a
     proxy's or a firewall's RST), which redis-py's pure-Python parser does not see in
-    ``can_read_destructive`` (:func:`aconnection`). Bytes the kernel took are never reported as a
+    its idle check (:func:`aconnection`). Bytes the kernel took are never reported as a
     failure of this write, so the request is written again, once, on a new connection;
     a write that failed there, or timed out (the transport's buffer was full, so part of
     it may have gone), is the request's error. CPython 3.13.0-3.13.5 raise
