@@ -15,7 +15,8 @@ passed through (with arguments, every pass runs what they select):
      ``.venv-py313``. The interpreter is a Python 3.13 or 3.12 found on ``PATH`` or in
      pyenv's versions (each checked by running it), else CPython 3.13 built once per
      machine from Debian's source package into ``~/.cache/django-distlock/python3.13``
-     (root on Debian; elsewhere it says what to install);
+     while the first pass runs (root on Debian; elsewhere it says what to install, before
+     the first pass);
    - ``redis7``: Python 3.11 x Django 5.2 again, the tests that talk to the server's own
      behaviour (:data:`SERVER_FACING`) on Redis 7.
 
