@@ -273,12 +273,12 @@ def build_valkey9() -> str:
     return str(BUILT_VALKEY)
 
 
-def ensure_venv_313() -> None:
+def ensure_venv_313(python: str | None) -> None:
     """``.venv-py313``: Python 3.13 (or 3.12) with Django 6.0 and the test extra (which
-    leaves out the django-tasks backport there: Django 6 has ``django.tasks``)."""
-    if python_version(PYTHON_313) not in SECOND_PYTHONS:
+    leaves out the django-tasks backport there: Django 6 has ``django.tasks``), made anew
+    with the interpreter ``python`` unless that is ``None`` (the venv works already)."""
+    if python is not None:
         shutil.rmtree(VENV_313, ignore_errors=True)
-        python = find_second_python() or build_python313()
         result = subprocess.run([python, "-m", "venv", VENV_313], cwd=ROOT, check=False)
         if result.returncode != 0:  # no ensurepip (Debian's python3.X without -venv)
             run(python, "-m", "venv", "--without-pip", VENV_313)
@@ -378,12 +378,6 @@ class Background:
             raise self._failure
 
 
-def second_python_at_hand() -> bool:
-    """Whether the Django 6.0 pass's interpreter needs no build: its venv works, or a
-    Python 3.13 or 3.12 is found (the one built before included)."""
-    return python_version(PYTHON_313) in SECOND_PYTHONS or find_second_python() is not None
-
-
 def plan(args: list[str], second: str) -> list[Pass]:
     """The passes to run (after the setup each needs is done)."""
     configured = os.environ.get(SERVER_ENV_VAR)
@@ -393,11 +387,13 @@ def plan(args: list[str], second: str) -> list[Pass]:
     redis = shutil.which("redis-server")
     if second == "py313":
         setup = None
-        if second_python_at_hand():
-            ensure_venv_313()
+        if python_version(PYTHON_313) in SECOND_PYTHONS:
+            ensure_venv_313(None)
+        elif (found := find_second_python()) is not None:  # the one built before included
+            ensure_venv_313(found)
         else:  # built while the first pass runs
             ensure_python_buildable()  # else say what to install now, not after pass 1
-            setup = Background(ensure_venv_313)
+            setup = Background(lambda: ensure_venv_313(build_python313()))
         passes.append(Pass(PYTHON_313, redis or passes[0].binary, args, WORKERS, setup))
     elif redis is not None:
         passes.append(Pass(PYTHON, redis, args or SERVER_FACING))

@@ -123,15 +123,17 @@ def test_a_background_step_runs_beside_the_caller_and_its_failure_is_raised_by_w
 @pytest.fixture
 def no_second_python(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """No Python 3.13 or 3.12 at hand, as root on Debian: ``plan`` must build one. The build
-    (``ensure_venv_313``) is a stand-in that records the thread it ran in."""
+    is a stand-in, and so is ``ensure_venv_313``, which records the thread it ran in."""
     ran_in: list[str] = []
     monkeypatch.delenv(run.SERVER_ENV_VAR, raising=False)
-    monkeypatch.setattr(run, "second_python_at_hand", lambda: False)
+    monkeypatch.setattr(run, "python_version", lambda python: None)  # no working venv
+    monkeypatch.setattr(run, "find_second_python", lambda: None)
+    monkeypatch.setattr(run, "build_python313", lambda: "built-python3.13")
     monkeypatch.setattr(run, "wheel_valkey", lambda: "valkey-server")
     monkeypatch.setattr(run.shutil, "which", lambda name: f"/usr/bin/{name}")
     monkeypatch.setattr(run.os, "geteuid", lambda: 0)
     monkeypatch.setattr(
-        run, "ensure_venv_313", lambda: ran_in.append(threading.current_thread().name)
+        run, "ensure_venv_313", lambda python: ran_in.append(threading.current_thread().name)
     )
     return ran_in
 
@@ -143,8 +145,9 @@ def test_the_python_build_runs_beside_the_first_pass_and_the_second_waits_for_it
     after it), and pass 2 starts only once the build has ended."""
     gate = threading.Event()
     monkeypatch.setattr(
-        run, "ensure_venv_313", lambda: (gate.wait(10), no_second_python.append("built"))
+        run, "build_python313", lambda: (gate.wait(10), no_second_python.append("built"))[1]
     )
+    monkeypatch.setattr(run, "ensure_venv_313", lambda python: None)
     passes = run.plan([], "py313")
     assert passes[1].setup is not None
     started: list[tuple[Path, list[str]]] = []
@@ -164,7 +167,7 @@ def test_the_python_build_runs_beside_the_first_pass_and_the_second_waits_for_it
 def test_a_failed_build_fails_the_run_after_the_first_pass(
     no_second_python: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(run, "ensure_venv_313", lambda: sys.exit("tests/run.py: make failed (2)"))
+    monkeypatch.setattr(run, "build_python313", lambda: sys.exit("tests/run.py: make failed (2)"))
     passes = run.plan([], "py313")
     ran: list[Path] = []
     monkeypatch.setattr(run, "run_pytest", lambda python, *rest: ran.append(python) or 0)
@@ -187,7 +190,7 @@ def test_without_a_python_to_find_or_build_it_stops_before_the_first_pass(
 def test_with_a_python_at_hand_the_second_venv_is_ready_before_the_first_pass(
     no_second_python: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(run, "second_python_at_hand", lambda: True)
+    monkeypatch.setattr(run, "find_second_python", lambda: "/usr/bin/python3.13")
     passes = run.plan([], "py313")
     assert passes[1].setup is None
     assert no_second_python == [threading.current_thread().name]
