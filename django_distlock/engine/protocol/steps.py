@@ -327,8 +327,15 @@ def acquire_steps(
     wait = _Waiting(keys, waiter, fair, mode, RideOut(tuning, deadline))
     script = ACQUIRE if mode == EXCLUSIVE else HOLDER_ACQUIRE
     attempt_keys = wait.attempt_keys()
+    attempted = failing = False
     try:
         while True:
+            if attempted and blocking and not args.registered:
+                # The attempt before may have registered us among those who wait: taking
+                # the lock (or leaving) takes us off.
+                args = dataclasses.replace(args, registered=True)
+                wait.registered = True
+            attempted = True
             sent_at = time.monotonic()
             wait.may_hold = True
             # A fair waiter's attempt queues it if the lock is busy: once sent, it may be
@@ -401,6 +408,7 @@ def acquire_steps(
                 wait.interrupted = False
                 wait.failover.start()
     except BaseException:
+        failing = True
         if wait.may_hold:
             # Only our own token is deleted, so this is safe even if the script never ran.
             try:
@@ -410,7 +418,9 @@ def acquire_steps(
                     on_unreleased()
         raise
     finally:
-        if wait.left_behind():
+        # Leaving those who wait is left to the deadline when an error ends the acquire:
+        # an error path adds no round trip for it.
+        if wait.left_behind() or (wait.registered and not failing):
             with contextlib.suppress(LockError):
                 yield from _leave(wait, liveness_ms)
 
@@ -434,6 +444,8 @@ class AcquireArgs:
     """End the caller's outstanding ``BLPOP`` in the same script."""
     writer: bool = False
     """The caller waits among the writers of a lock held shared (exclusive only)."""
+    registered: bool = False
+    """An earlier attempt may have registered the caller among those who wait."""
     held_as: tuple[str, int] | tuple[()] = ()
     """Shared and limited holds: how the scripts store the mode (``"shared"``,
     ``"limited N"``) and the limit (0 for shared)."""
@@ -451,8 +463,10 @@ class AcquireArgs:
             "1" if self.end_wait else "",
         )
         if self.held_as:
-            return (*head, *self.held_as)
-        return (*head, "1") if self.writer else head
+            return (*head, *self.held_as, "1") if self.registered else (*head, *self.held_as)
+        if self.writer:
+            return (*head, "writer")
+        return (*head, "waited") if self.registered else head
 
 
 @dataclass(slots=True)
@@ -474,6 +488,8 @@ class _Waiting:
     """We are (or, an attempt sent, may be) on the fair queue."""
     writer: bool = False
     """We wait among the writers of a lock held shared."""
+    registered: bool = False
+    """An attempt may have registered us among those who wait (``KEYS[3]``)."""
     may_hold: bool = False
     """The acquire script may have run without us seeing its reply."""
     timer_fired: bool = False
@@ -488,7 +504,7 @@ class _Waiting:
     def settle(self, *, holding: bool = False) -> None:
         """Nothing left to clean up (the lock was taken, or given back)."""
         self.may_hold = holding
-        self.consumed = self.enqueued = self.writer = False
+        self.consumed = self.enqueued = self.writer = self.registered = False
 
     def own_keys(self) -> tuple[str, ...]:
         """The keys of the calls that end our wait or take us off the queue: with our own
@@ -534,26 +550,33 @@ def _wait_for_wake_up(wait: _Waiting, wake_at: float) -> Generator[Op, Any, None
 
 
 def _leave(wait: _Waiting, liveness_ms: int) -> Generator[Op, Any, None]:
-    """Leaving without the lock (or on error): end the wait, leave the fair queue and
-    the writers, and hand on any wake-up we consumed, so that the next waiter is not left
-    sleeping until its own timer."""
+    """Leaving without the lock (or on error): end the wait, leave the fair queue, those
+    who wait and the writers, and hand on any wake-up we consumed, so that the next
+    waiter is not left sleeping until its own timer."""
     queued_as = wait.waiter if wait.fair else ""
     writer_id = wait.waiter if wait.writer else ""
+    registered_as = wait.waiter if wait.registered else ""
     keys = wait.keys
     if wait.waiting:
         wait.waiting = False
         handed_on = "1" if wait.consumed else "0"
         reply, woken = yield CallEndingWait(
-            Call(PASS_ON, wait.own_keys(), (queued_as, liveness_ms, handed_on, "1", writer_id))
+            Call(
+                PASS_ON,
+                wait.own_keys(),
+                (queued_as, liveness_ms, handed_on, "1", writer_id, registered_as),
+            )
         )
         yield from wake_steps(keys, passed_on_reply(keys.name, reply).head, liveness_ms)
         if woken:
-            reply = yield Call(PASS_ON, wait.own_keys(), ("", liveness_ms, "1", "", ""))
+            reply = yield Call(PASS_ON, wait.own_keys(), ("", liveness_ms, "1", "", "", ""))
             yield from wake_steps(keys, passed_on_reply(keys.name, reply).head, liveness_ms)
-    elif wait.left_behind():
+    else:
         handed_on = "1" if wait.consumed else "0"
         reply = yield Call(
-            PASS_ON, wait.own_keys(), (queued_as, liveness_ms, handed_on, "", writer_id)
+            PASS_ON,
+            wait.own_keys(),
+            (queued_as, liveness_ms, handed_on, "", writer_id, registered_as),
         )
         yield from wake_steps(keys, passed_on_reply(keys.name, reply).head, liveness_ms)
 
@@ -689,7 +712,9 @@ def _acquire_group(
     waited_on: LockKeys | None = None  # whose BLPOP is outstanding
     consumed_from: LockKeys | None = None  # a wake-up we consumed and did not use
     writer_of: list[LockKeys] = []  # locks held shared whose writers we wait among
-    timer_fired = False
+    registered_on: LockKeys | None = None  # the last busy lock: we are among its waiters
+    registered = ""  # "1": an attempt before may have registered us as a waiter
+    timer_fired = failing = False
     try:
         while True:
             sent_at = time.monotonic()
@@ -699,7 +724,7 @@ def _acquire_group(
                     call = Call(
                         MANY_ACQUIRE,
                         (*lock_keys, ending.wake(waiter)),
-                        (*base, "1", waiter, *names),
+                        (*base, "1", waiter, registered, *names),
                         replicas,
                     )
                     reply, woken = yield CallEndingWait(call)
@@ -709,15 +734,17 @@ def _acquire_group(
                     reply = yield Call(
                         MANY_ACQUIRE,
                         (*lock_keys, group[0].lock),
-                        (*base, "", waiter, *names),
+                        (*base, "", waiter, registered, *names),
                         replicas,
                     )
             except LockBackendUnavailable as error:
                 if not failover.primary_changed(error, blocking):
                     raise
                 # A request that did run answers "taken" to the same token.
+                registered = "1" if blocking else ""
                 yield Pause(tuning.failover_pause)
                 continue
+            registered = "1" if blocking else ""
             reply, unreplicated = acknowledged(reply, replicas)
             answer = many_reply(group[0].name, reply)
             if type(answer) is TakenMany and unreplicated is not None:
@@ -732,11 +759,12 @@ def _acquire_group(
                 yield Pause(tuning.failover_pause)
                 continue
             if type(answer) is TakenMany:
-                consumed_from = None
-                writer_of = []  # the script took us off every lock's writers
+                consumed_from = registered_on = None
+                writer_of = []  # the script took us off every lock's writers and waiters
                 return answer.fences, answer.acquired_at_us, sent_at
             wait_ms = answer.wait_ms
             busy = group[answer.index]
+            registered_on = busy if blocking else None
             if answer.writer and busy not in writer_of:
                 writer_of.append(busy)
             remaining = math.inf if deadline is None else deadline - time.monotonic()
@@ -757,6 +785,9 @@ def _acquire_group(
                 consumed_from = busy
             elif woke is Wake.INTERRUPTED:
                 failover.start()  # a failover ended the wait: try again, riding it out
+    except BaseException:
+        failing = True
+        raise
     finally:
         # Leaving without the group: end the wait, leave the writers we joined, and hand
         # on a wake-up we consumed.
@@ -765,8 +796,9 @@ def _acquire_group(
                 keys, waited_on = waited_on, None
                 writer_id = waiter if keys in writer_of else ""
                 reply, woken = yield CallEndingWait(
-                    Call(PASS_ON, keys.all(waiter), ("", liveness_ms, "0", "1", writer_id))
+                    Call(PASS_ON, keys.all(waiter), ("", liveness_ms, "0", "1", writer_id, waiter))
                 )
+                registered_on = None if keys is registered_on else registered_on
                 if writer_id:
                     writer_of.remove(keys)
                     yield from wake_steps(keys, passed_on_reply(keys.name, reply).head, liveness_ms)
@@ -774,11 +806,17 @@ def _acquire_group(
                     consumed_from = keys
             while writer_of:
                 keys = writer_of.pop()
-                reply = yield Call(PASS_ON, keys.all(), ("", liveness_ms, "0", "", waiter))
+                reply = yield Call(PASS_ON, keys.all(), ("", liveness_ms, "0", "", waiter, waiter))
+                registered_on = None if keys is registered_on else registered_on
                 yield from wake_steps(keys, passed_on_reply(keys.name, reply).head, liveness_ms)
             if consumed_from is not None:
                 keys, consumed_from = consumed_from, None
-                reply = yield Call(PASS_ON, keys.all(), ("", liveness_ms, "1", "", ""))
+                mine = waiter if keys is registered_on else ""
+                registered_on = None if mine else registered_on
+                reply = yield Call(PASS_ON, keys.all(), ("", liveness_ms, "1", "", "", mine))
                 yield from wake_steps(keys, passed_on_reply(keys.name, reply).head, liveness_ms)
+            if registered_on is not None and not failing:  # on error: left to its deadline
+                keys, registered_on = registered_on, None
+                yield Call(PASS_ON, keys.all(), ("", liveness_ms, "0", "", "", waiter))
         except LockError:
             pass

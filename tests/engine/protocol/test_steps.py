@@ -262,8 +262,13 @@ def test_giving_up_passes_on_a_wake_up_the_ended_wait_consumed():
     time.sleep(0.03)
     op = generator.send(Wake.TIMER)  # the timer ran out, so did the deadline: re-check
     assert isinstance(op, CallEndingWait)
-    # Still busy, and the wait already ended with that re-check: nothing to clean up.
-    assert finish(generator, ([b"busy", 60_000, b""], False)) == NotAcquired(60.0)
+    # Still busy, and the wait already ended with that re-check: nothing to hand on, but
+    # we leave those who wait, so that a release wakes nobody for us.
+    op = generator.send(([b"busy", 60_000, b""], False))
+    assert op.script is PASS_ON
+    assert op.args[2] == "0"  # no wake-up consumed
+    assert op.args[5] == WAITER
+    assert finish(generator, DONE) == NotAcquired(60.0)
 
     generator, _ = steps(blocking=True, deadline=time.monotonic() + 0.02)
     generator.send([b"busy", 60_000, b""])  # StartWait
