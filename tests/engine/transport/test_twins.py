@@ -30,7 +30,6 @@ FUNCTIONS = [
 ]
 
 SYNC_ONLY = {
-    "Server.bounded_request": "async renewals are bounded by asyncio.timeout on the requests pool",
     "Server.subscriber": "the force-release subscription is a watchdog thread's (sync)",
     "Routes.ready_for_key": "the sync watchdog asks without I/O; async routes are per loop",
     "ClusterRoutes.ready_for_key": "as Routes.ready_for_key",
@@ -48,6 +47,7 @@ PARAMETERS_DIFFER = {
     "ClusterRoutes.__init__": "the sync cluster client is made on first use",
     "SyncDriver._scripts_on": "the async twin is bounded by the caller's asyncio.timeout",
     "Server.request": "the async twin is bounded by the caller's asyncio.timeout",
+    "Server.bounded_request": "the async twin is bounded by the caller's asyncio.timeout",
     "exchange": "the async twin is bounded by the caller's asyncio.timeout",
 }
 
