@@ -237,8 +237,8 @@ def acquire_steps(
         fair=fair,
         held_as=() if mode == EXCLUSIVE else (stored_mode(mode, limit), limit * (mode == LIMITED)),
     )
-    waiting = Waiter(waiter, RideOut(tuning, deadline), keys if fair and blocking else None)
-    waiting.holders = mode != EXCLUSIVE
+    queue = keys if fair and blocking else None  # a fair waiter's attempts join its queue
+    waiting = Waiter(waiter, RideOut(tuning, deadline), queue, holders=mode != EXCLUSIVE)
     script = ACQUIRE if mode == EXCLUSIVE else HOLDER_ACQUIRE
 
     def attempt(ending: LockKeys | None) -> Call:

@@ -100,7 +100,7 @@ class Waiter:
     waiting_on: LockKeys | None = None
     """The lock on whose wake-up list our ``BLPOP`` is outstanding."""
     consumed_from: LockKeys | None = None
-    """The lock a wake-up that reached us, and that we did not turn into the lock, was for."""
+    """The lock of a wake-up that reached us and is not used yet (leaving hands it on)."""
     queued: bool = False
     """We are (or, an attempt sent, may be) on :attr:`queue`."""
     writer_of: list[LockKeys] = field(default_factory=list)
@@ -110,7 +110,7 @@ class Waiter:
 
     def keys_of(self, lock: LockKeys, *, own: bool = False) -> tuple[str, ...]:
         """``lock``'s keys for a script; ``own``: with our own wake-up list as ``KEYS[7]``
-        (calls that end our wait or take us off the queue). Plain attempts name the shared
+        (an attempt that ends our wait, and leaving). Plain attempts name the shared
         signal list there, so that their keys (and how they are packed) are the same each
         time."""
         waiter = self.waiter if own else ""
