@@ -1,6 +1,7 @@
 """The shape of the package (docs/architecture.md): no import cycles, an engine that
-imports no Django and works without it, the engine's rooms importing only downward, and
-no module an outlier in length (one concept per module)."""
+imports no Django and works without it, the engine's rooms importing only downward, no
+module an outlier in length (one concept per module), and a test suite that mirrors the
+package (docs/development.md)."""
 
 from __future__ import annotations
 
@@ -270,6 +271,87 @@ def test_no_module_is_an_outlier_in_length(name):
     assert lines <= OUTLIER, (
         f"{path.relative_to(ROOT)} has {lines} lines: does it hold two concepts?"
     )
+
+
+# -- the tests mirror the package ------------------------------------------------------
+
+TESTS = ROOT / "tests"
+
+NOT_MIRRORING = {
+    "support": "the suite's helpers and test apps (no tests)",
+    "harness": "the tests of tests/support/",
+    "faults": "faults injected into the engine from outside",
+    "packaging": "the build, the wheel and tests/run.py",
+}
+"""The directories of ``tests/`` that mirror no package, and why."""
+
+PROJECT_TESTS = {
+    "test_architecture.py": "the package's shape and the suite's",
+    "test_docs.py": "the docs' examples, links and install lines",
+    "test_demo.py": "the demo project",
+    "test_package.py": "the public names, the exceptions' root, models and migrations",
+}
+"""The modules at the top of ``tests/`` that test the project as a whole, not a module."""
+
+
+def misplaced_tests(tests: Path, package: Path) -> list[str]:
+    """What in ``tests`` does not mirror ``package``: a directory (other than
+    :data:`NOT_MIRRORING`) that is not a subpackage at the same path, and a test module at
+    the top of ``tests`` (other than :data:`PROJECT_TESTS`) whose name,
+    ``test_X.py`` or ``test_X_ASPECT.py``, names no top-level module ``X.py`` (a
+    subpackage's tests go in its directory)."""
+    found = []
+    for directory in sorted(path for path in tests.rglob("*") if path.is_dir()):
+        relative = directory.relative_to(tests)
+        if relative.parts[0] in NOT_MIRRORING or any(
+            part == "__pycache__" or part.startswith(".") for part in relative.parts
+        ):
+            continue
+        if not (package / relative / "__init__.py").is_file():
+            found.append(f"tests/{relative.as_posix()}/: no package {package.name}/{relative}/")
+    modules = {path.stem for path in package.glob("*.py") if path.name != "__init__.py"}
+    for path in sorted(tests.glob("test_*.py")):
+        stem = path.stem.removeprefix("test_")
+        if path.name in PROJECT_TESTS or any(
+            stem == module or stem.startswith(f"{module}_") for module in modules
+        ):
+            continue
+        found.append(f"tests/{path.name}: no module {package.name}/{stem.split('_')[0]}.py")
+    return found
+
+
+def test_the_tests_mirror_the_package():
+    """``tests/P/test_X.py`` tests ``django_distlock/P/X.py`` (docs/development.md): a
+    new test directory names a subpackage, a new module at the top of ``tests/`` a
+    top-level module, or it says in the lists above why it mirrors nothing."""
+    assert misplaced_tests(TESTS, PACKAGE) == []
+    assert all((TESTS / name).is_dir() for name in NOT_MIRRORING)
+    assert all((TESTS / name).is_file() for name in PROJECT_TESTS)
+
+
+def test_the_mirror_check_finds_what_it_looks_for(tmp_path):
+    package = tmp_path / "pkg"
+    for folder in ("", "events"):
+        (package / folder).mkdir(exist_ok=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "locks.py").write_text("")
+    tests = tmp_path / "tests"
+    for folder in ("events", "layer", "support/anything", "faults", "__pycache__"):
+        (tests / folder).mkdir(parents=True)
+    for name in (
+        "test_locks.py",
+        "test_locks_waiting.py",
+        "test_docs.py",
+        "test_events.py",
+        "test_lockstep.py",
+        "layer/test_locks.py",
+    ):
+        (tests / name).write_text("")
+    assert misplaced_tests(tests, package) == [
+        "tests/layer/: no package pkg/layer/",
+        "tests/test_events.py: no module pkg/events.py",
+        "tests/test_lockstep.py: no module pkg/lockstep.py",
+    ]
 
 
 # -- redis-py's and asyncio's private names ---------------------------------------------

@@ -215,7 +215,7 @@ ENGINE_KINDS = frozenset(
     (
         "lock",
         "fence",
-        "waiters",
+        "waiting",
         "index",
         "queue",
         "queue-deadlines",
@@ -281,6 +281,8 @@ class LockKeys:
     lock: str
     fence: str
     waiters: str
+    """Who waits for the lock: a sorted set of waiter ids, each scored with the server
+    time (ms) until which it counts as waiting."""
     index: str
     queue: str
     queue_deadlines: str
@@ -304,7 +306,7 @@ class LockKeys:
         return cls(
             lock=f"{base}lock:{name}",
             fence=f"{base}fence:{name}",
-            waiters=f"{base}waiters:{name}",
+            waiters=f"{base}waiting:{name}",
             index=f"{base}index",
             queue=f"{base}queue:{name}",
             queue_deadlines=f"{base}queue-deadlines:{name}",

@@ -34,6 +34,11 @@ class Tuning:
     renewal_attempt: float = 1.0
     """Longest one renewal attempt may take (less when the lease ends sooner). A renewal
     that gets no answer in time is retried on a fresh connection while the lease lasts."""
+    connection_wait: float = 5.0
+    """Longest a request waits for a connection of the client's pool when the pool is at
+    its ``max_connections``; then it raises ``LockBackendUnavailable`` naming that cap.
+    Requests never open connections past it (blocking waits and renewals have a pool of
+    their own)."""
     failover_ride_out: float = 10.0
     """Longest a waiter whose wait a failover ended (``UNBLOCKED``) keeps trying while the
     new primary settles (never past its ``blocking_timeout``); an attempt that still

@@ -20,7 +20,7 @@ LOCMEM = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"
 
 def distlock_messages(*, deploy: bool = False) -> list:
     """The problems ``check --tag distlock`` reports (not the I001 topology info, see
-    tests/test_connections_live.py)."""
+    tests/checks/test_servers.py)."""
     messages = run_checks(tags=["distlock"], include_deployment_checks=deploy)
     return [message for message in messages if message.id != "django_distlock.I001"]
 

@@ -401,7 +401,7 @@ def test_a_key_beside_a_lock_shares_its_slot_and_prefix(name):
 
 
 @pytest.mark.parametrize(
-    "kind", ["lock", "fence", "waiters", "index", "queue", "queue-deadlines", "signal", "wake"]
+    "kind", ["lock", "fence", "waiting", "index", "queue", "queue-deadlines", "signal", "wake"]
 )
 def test_the_engines_own_kinds_cannot_be_used_beside_a_lock(kind):
     with pytest.raises(ValueError, match="cannot name a kind"):

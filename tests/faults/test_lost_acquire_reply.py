@@ -51,6 +51,31 @@ def test_lose_reply_runs_the_request_and_cuts_only_its_connection(private_redis,
         client.close()
 
 
+def test_redis_py_sends_a_script_whose_reply_was_lost_again(private_redis, make_proxy):
+    """Why the engine never lets redis-py retry (docs/architecture.md, "no blind
+    retries"): a client with redis-py's default ``Retry`` (10 retries on
+    ``ConnectionError``/``TimeoutError``) runs a release whose reply was lost a second
+    time, and that second run, finding the lock gone, reports a release that worked as a
+    lock no longer owned."""
+    proxy = make_proxy(private_redis)
+    client = redis.Redis(host="127.0.0.1", port=proxy.port)  # redis-py's default retry
+    try:
+        lock = client.lock("redis-py-lock", timeout=30)
+        assert lock.acquire(blocking=False)
+        client.script_load(lock.lua_release.script)  # EVALSHA runs it, no NOSCRIPT first
+        with private_redis.client() as direct:
+            direct.config_resetstat()
+            proxy.lose_reply(sends_command("EVALSHA"))
+            with pytest.raises(redis.exceptions.LockNotOwnedError):
+                lock.release()
+            assert proxy.replies_lost == 1
+            ran = direct.info("commandstats")["cmdstat_evalsha"]["calls"]
+            assert ran == 2, "the release ran, its reply was lost, and redis-py sent it again"
+            assert direct.exists("redis-py-lock") == 0  # the first run did release it
+    finally:
+        client.close()
+
+
 @pytest.mark.parametrize("blocking", [False, True], ids=["non-blocking", "blocking"])
 async def test_an_acquire_whose_reply_is_lost_holds_or_leaves_nothing(
     api, private_redis, make_proxy, make_backend, blocking

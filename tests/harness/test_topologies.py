@@ -22,7 +22,7 @@ from tests.support.topologies import (
 def write_following_failover(client, key, value) -> None:
     """redis-py 8.1: a pooled connection still open to the demoted primary fails one
     write with ConnectionError; the next command reconnects through the Sentinels (see
-    test_topology_clients.py)."""
+    tests/test_connections_clients.py)."""
     try:
         client.set(key, value)
     except redis.ConnectionError:

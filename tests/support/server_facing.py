@@ -44,9 +44,11 @@ server."""
 WHOLE = (
     "tests/harness/test_redis_servers.py",
     "tests/harness/test_topologies.py",
-    "tests/test_topology_clients.py",
+    "tests/test_connections_clients.py",
     "tests/test_connections_live.py",
-    "tests/test_replica_acknowledgement.py",
+    "tests/checks/test_servers.py",
+    "tests/test_locks_replica_acknowledgement.py",
+    "tests/engine/transport/test_routes_clients.py",
     "tests/engine/transport/test_replication.py",
     "tests/faults/test_topology_faults.py",
     "tests/faults/test_sentinel_unblocked.py",

@@ -86,30 +86,38 @@ QUEUE_HEAD = r"""
   end
 """
 
-# Wakes exactly one waiter (needs `signal_ms`); sets `woken_head` to the first live fair
-# waiter, whom the caller wakes (its list is not among our keys), or pushes to the shared
-# signal list of unfair waiters. That list holds at most one element so that a burst of
-# releases cannot become a burst of futile retries.
+# Wakes exactly one waiter (needs `signal_ms`) if a live one is registered: waiters that
+# took the lock or left are off KEYS[3], and those past their deadline are dropped here,
+# so that a release with nobody waiting leaves no wake-up for a later waiter to take for a
+# futile re-check. Sets `woken_head` to the first live fair waiter, whom the caller wakes
+# (its list is not among our keys), or pushes to the shared signal list of unfair
+# waiters. That list holds at most one element so that a burst of releases cannot become
+# a burst of futile retries.
 WAKE_ONE = (
     r"""
 if redis.call('EXISTS', KEYS[3]) == 1 then
   local head = false"""
     + NOW
+    + r"""
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. string.format('%.0f', now_ms))
+  if redis.call('EXISTS', KEYS[3]) == 1 then"""
     + QUEUE_HEAD
     + r"""
-  if head then
-    woken_head = head
-  else
-    redis.call('DEL', KEYS[8])
-    redis.call('RPUSH', KEYS[8], '1')
-    redis.call('PEXPIRE', KEYS[8], signal_ms)
+    if head then
+      woken_head = head
+    else
+      redis.call('DEL', KEYS[8])
+      redis.call('RPUSH', KEYS[8], '1')
+      redis.call('PEXPIRE', KEYS[8], signal_ms)
+    end
   end
 end
 """
 )
 
 KEYS_DOC = r"""
--- KEYS[1] lock          KEYS[2] fence counter   KEYS[3] "someone waits" flag
+-- KEYS[1] lock          KEYS[2] fence counter
+-- KEYS[3] who waits (zset: waiter id -> server ms it counts as waiting until)
 -- KEYS[4] the bucket's listing index  KEYS[5] fair queue (list of waiter ids)
 -- KEYS[6] fair waiters' liveness deadlines (zset, server ms)
 -- KEYS[7] the caller's own wake-up list, for calls that end its wait or its place in
@@ -182,7 +190,7 @@ TAKE_TURN = r"""
 def enqueue(obstacle_ms: str) -> str:
     """A waiter that did not get the lock registers (needs `waiter`, `fair`, `head`,
     `now_ms`, `liveness`): at the back of the fair queue with a liveness deadline when
-    fair, and in the "someone waits" flag, kept for its liveness plus the Lua variable
+    fair, and among those who wait (KEYS[3]) for its liveness plus the Lua variable
     ``obstacle_ms`` (how long the obstacle lasts, when positive)."""
     return (
         r"""
@@ -197,7 +205,8 @@ def enqueue(obstacle_ms: str) -> str:
     end
     local flag_ms = liveness
     if OBSTACLE > 0 then flag_ms = flag_ms + OBSTACLE end
-    redis.call('SET', KEYS[3], '1', 'PX', flag_ms)"""
+    redis.call('ZADD', KEYS[3], now_ms + flag_ms, waiter)
+    if redis.call('PTTL', KEYS[3]) < flag_ms then redis.call('PEXPIRE', KEYS[3], flag_ms) end"""
     ).replace("OBSTACLE", obstacle_ms)
 
 
@@ -248,7 +257,9 @@ ACQUIRE = Script(
 -- ARGV[6] waiter id, '' when the caller will not wait  ARGV[7] waiter liveness ms
 -- ARGV[8] '1' for a fair lock, '0' otherwise
 -- ARGV[9] '1' to end the caller's outstanding BLPOP (see KEYS[7]), '' otherwise
--- ARGV[10] '1' when the caller waits among the writers of a lock held shared
+-- ARGV[10] 'waited' when an earlier attempt of the caller may have registered it among
+--          those who wait (KEYS[3]), 'writer' when it also waits among the writers of a
+--          lock held shared (KEYS[10]); absent otherwise
 -- returns 'taken FENCE' when taken with a fence equal to the acquisition time (the usual
 --         case: the server clock is ahead of the fence counter), else
 --         'taken FENCE ACQUIRED_AT_US' when taken (or already held with this token);
@@ -304,7 +315,10 @@ local function attempt()
       redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. string.format('%.0f', now_ms))
     end
     redis.call('ZADD', KEYS[4], now_ms + lease_ms, ARGV[4])
-    if ARGV[10] == '1' then redis.call('ZREM', KEYS[10], waiter) end
+    if ARGV[10] then
+      redis.call('ZREM', KEYS[3], waiter)
+      if ARGV[10] == 'writer' then redis.call('ZREM', KEYS[10], waiter) end
+    end
     if fence == now_us then return 'taken ' .. fence end
     return 'taken ' .. fence .. ' ' .. now_us
   end
@@ -341,17 +355,17 @@ RELEASE = Script(
 --         to wake; 'not held' when the lock is not held with this token
 """
     + r"""
--- One read for the lock and the "someone waits" flag (MGET answers nil for a lock held
--- shared or limited, a sorted set: not ours to release here).
-local read = redis.call('MGET', KEYS[1], KEYS[3])
-local value = read[1]
-if not value or string.sub(value, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\n' then return 'not held' end
+-- pcall: a lock held shared or limited is a sorted set (GET refuses it), not ours here.
+local value = redis.pcall('GET', KEYS[1])
+if type(value) ~= 'string' or string.sub(value, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\n' then
+  return 'not held'
+end
 redis.call('DEL', KEYS[1])
 redis.call('ZREM', KEYS[4], ARGV[2])
 local signal_ms = ARGV[3]
 local woken_head = ''
 """
-    + WAKE_ONE.replace("if redis.call('EXISTS', KEYS[3]) == 1 then", "if read[2] then")
+    + WAKE_ONE
     + r"""
 if woken_head == '' then return 'released' end
 return {'released', woken_head}
@@ -368,7 +382,9 @@ PASS_ON = Script(
 -- ARGV[3] '1' when the leaving waiter consumed a wake-up it will not use
 -- ARGV[4] '1' to end the caller's outstanding BLPOP (see KEYS[7]), '' otherwise
 -- ARGV[5] waiter id to take off the waiting writers of a lock held shared, or ''
+-- ARGV[6] waiter id to take off those who wait (KEYS[3]), or ''
 -- returns {1, head}: head = a fair waiter for the caller to wake, or ''
+if ARGV[6] and ARGV[6] ~= '' then redis.call('ZREM', KEYS[3], ARGV[6]) end
 local waiter = ARGV[1]
 local signal_ms = ARGV[2]
 local liveness_ms = ARGV[2]
@@ -458,6 +474,8 @@ HOLDER_ACQUIRE = Script(
     + r"""
 -- ARGV[1..9] as for acquire; ARGV[4] is the index member (name NUL token)
 -- ARGV[10] kind: 'shared' or 'limited N'   ARGV[11] N (0 for shared)
+-- ARGV[12] '1' when an earlier attempt of the caller may have registered it among those
+--          who wait (KEYS[3]); absent otherwise
 -- returns {'taken', fence, acquired_at_us, head} when taken (or already held with this
 --         token): head = a waiter to wake (a free slot or a shared hold may let one more
 --         in); {'busy', wait_ms, head} when not (as for acquire);
@@ -519,6 +537,7 @@ local function attempt()"""
     + r"""
     redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. string.format('%.0f', now_ms))
     redis.call('ZADD', KEYS[4], now_ms + lease_ms, ARGV[4])
+    if ARGV[12] then redis.call('ZREM', KEYS[3], waiter) end
     if limit == 0 or held + 1 < limit then
       -- Room for one more: the next waiter need not wait for a release."""
     + WAKE_ONE
@@ -639,15 +658,17 @@ MANY_ACQUIRE = Script(
     "many_acquire",
     r"""-- many_acquire: take several locks at once, exclusively, all or none.
 -- KEYS[5i-4..5i] of the i-th lock (KEYS[1] to KEYS[5] for the first): the lock, its
---   fence counter, its "someone waits" flag, its bucket's listing index and its waiting
---   writers (zset)
+--   fence counter, who waits for it (zset, as KEYS[3] of acquire), its bucket's listing
+--   index and its waiting writers (zset)
 -- KEYS[#KEYS] the caller's own wake-up list for the lock it waits on (ending its
 --   outstanding BLPOP), or any of the locks' keys
 -- ARGV[1] token  ARGV[2] lease ms  ARGV[3] owner metadata (JSON)
 -- ARGV[4] ms a fence counter outlives the lease  ARGV[5] waiter liveness ms, '' when
 --   the caller will not wait  ARGV[6] '1' to end the caller's outstanding BLPOP
 -- ARGV[7] waiter id, '' when the caller will not wait
--- ARGV[8..] the locks' names, in the order of their keys
+-- ARGV[8] '1' when an earlier attempt of the caller may have registered it as a waiter
+--   of one of the locks (who waits, waiting writers), '' otherwise
+-- ARGV[9..] the locks' names, in the order of their keys
 -- returns {'taken', acquired_at_us, fence1, fence2, ...} when all were free (or already
 --         held with this token) and are taken (the caller is off every lock's writers);
 --         {'busy', wait_ms, i, writer} when the i-th lock is held by someone else (wait_ms:
@@ -671,11 +692,14 @@ local function attempt()
       if ARGV[5] ~= '' then
         local flag_ms = tonumber(ARGV[5])
         if pttl > 0 then flag_ms = flag_ms + pttl end
-        redis.call('SET', KEYS[5 * i - 2], '1', 'PX', flag_ms)
+        local time = redis.call('TIME')
+        local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+        redis.call('ZADD', KEYS[5 * i - 2], now_ms + flag_ms, waiter)
+        if redis.call('PTTL', KEYS[5 * i - 2]) < flag_ms then
+          redis.call('PEXPIRE', KEYS[5 * i - 2], flag_ms)
+        end
         if type(value) == 'table' and waiter ~= '' then
           -- Held shared: wait as a writer, so that new shared holders let us go first.
-          local time = redis.call('TIME')
-          local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
           local liveness = tonumber(ARGV[5])
           redis.call('ZADD', KEYS[5 * i], now_ms + liveness, waiter)
           redis.call('PEXPIRE', KEYS[5 * i], liveness)
@@ -691,7 +715,10 @@ local function attempt()
   local lease_ms = tonumber(ARGV[2])
   for i = 1, count do
     local fence
-    if waiter ~= '' then redis.call('ZREM', KEYS[5 * i], waiter) end
+    if ARGV[8] == '1' then
+      redis.call('ZREM', KEYS[5 * i - 2], waiter)
+      redis.call('ZREM', KEYS[5 * i], waiter)
+    end
     if mine == count then
       -- Already ours: a request retried after its reply was lost. Answer as before.
       local value = redis.call('GET', KEYS[5 * i - 4])
@@ -708,7 +735,7 @@ local function attempt()
         'PX', lease_ms)
       redis.call('ZREMRANGEBYSCORE', KEYS[5 * i - 1], '-inf',
         '(' .. string.format('%.0f', now_ms))
-      redis.call('ZADD', KEYS[5 * i - 1], now_ms + lease_ms, ARGV[7 + i])
+      redis.call('ZADD', KEYS[5 * i - 1], now_ms + lease_ms, ARGV[8 + i])
     end
     result[#result + 1] = fence
   end

@@ -241,11 +241,11 @@ def acquire_steps(
     waiting = Waiter(waiter, RideOut(tuning, deadline), queue, holders=mode != EXCLUSIVE)
     script = ACQUIRE if mode == EXCLUSIVE else HOLDER_ACQUIRE
 
-    def attempt(ending: LockKeys | None) -> Call:
-        argv = dataclasses.replace(args, end_wait=ending is not None).argv()
-        return Call(script, waiting.keys_of(keys, own=ending is not None), argv, replicas)
+    def attempt(ending: LockKeys | None, registered: bool) -> Call:
+        argv = dataclasses.replace(args, end_wait=ending is not None, registered=registered)
+        return Call(script, waiting.keys_of(keys, own=ending is not None), argv.argv(), replicas)
 
-    may_hold = False  # the acquire script may have run without us seeing its reply
+    may_hold = failing = False  # may_hold: the acquire script may have run unseen
     try:
         while True:
             sent_at = time.monotonic()
@@ -302,6 +302,7 @@ def acquire_steps(
                 return NotAcquired(answer.wait_ms / 1000 if answer.wait_ms >= 0 else None)
             yield from waiting.wait(keys, sent_at, answer.wait_ms, remaining)
     except BaseException:
+        failing = True
         if may_hold:
             # Only our own token is deleted, so this is safe even if the script never ran.
             try:
@@ -311,7 +312,7 @@ def acquire_steps(
                     on_unreleased()
         raise
     finally:
-        yield from waiting.leave()
+        yield from waiting.leave(failing=failing)
 
 
 @dataclass(slots=True)
@@ -333,6 +334,8 @@ class AcquireArgs:
     """End the caller's outstanding ``BLPOP`` in the same script."""
     writer: bool = False
     """The caller waits among the writers of a lock held shared (exclusive only)."""
+    registered: bool = False
+    """An earlier attempt may have registered the caller among those who wait."""
     held_as: tuple[str, int] | tuple[()] = ()
     """Shared and limited holds: how the scripts store the mode (``"shared"``,
     ``"limited N"``) and the limit (0 for shared)."""
@@ -350,8 +353,10 @@ class AcquireArgs:
             "1" if self.end_wait else "",
         )
         if self.held_as:
-            return (*head, *self.held_as)
-        return (*head, "1") if self.writer else head
+            return (*head, *self.held_as, "1") if self.registered else (*head, *self.held_as)
+        if self.writer:
+            return (*head, "writer")
+        return (*head, "waited") if self.registered else head
 
 
 def _other_mode(name: str, mode: str, limit: int, held_as: Any) -> str:
@@ -484,10 +489,12 @@ def _acquire_group(
     )
     waiting = Waiter(waiter, failover)
 
-    def attempt(ending: LockKeys | None) -> Call:
+    def attempt(ending: LockKeys | None, registered: bool) -> Call:
         last = group[0].lock if ending is None else ending.wake(waiter)
-        argv = (*base, "" if ending is None else "1", waiter, *names)
+        argv = (*base, "" if ending is None else "1", waiter, "1" if registered else "", *names)
         return Call(MANY_ACQUIRE, (*lock_keys, last), argv, replicas)
+
+    failing = False
 
     try:
         while True:
@@ -521,5 +528,8 @@ def _acquire_group(
             if not blocking or remaining <= 0:
                 return NotAcquired(answer.wait_ms / 1000 if answer.wait_ms >= 0 else None)
             yield from waiting.wait(busy, sent_at, answer.wait_ms, remaining)
+    except BaseException:
+        failing = True
+        raise
     finally:
-        yield from waiting.leave()
+        yield from waiting.leave(failing=failing)

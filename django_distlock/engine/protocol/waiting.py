@@ -105,6 +105,11 @@ class Waiter:
     """We are (or, an attempt sent, may be) on :attr:`queue`."""
     writer_of: list[LockKeys] = field(default_factory=list)
     """The locks held shared among whose waiting writers we wait."""
+    registered_on: LockKeys | None = None
+    """The lock among whose waiters (``:waiting:``) we registered last: taking the lock
+    takes us off, leaving must (else a release would wake somebody for us)."""
+    sent: bool = False
+    """A waiting attempt was sent: it may have registered us, even if no reply came."""
     timer_fired: bool = False
     """The last wait ended by our own timer (the ``BLPOP`` stays outstanding)."""
 
@@ -116,17 +121,19 @@ class Waiter:
         waiter = self.waiter if own else ""
         return lock.of_holders(waiter) if self.holders else lock.all(waiter)
 
-    def attempt(self, call: Callable[[LockKeys | None], Call]) -> Generator[Op, Any, Any]:
-        """Send an attempt, ``call(ending)``, and return its reply: after our timer fired,
-        ``ending`` is the lock whose ``BLPOP`` the attempt also ends, in the same round
-        trip (else ``None``)."""
+    def attempt(self, call: Callable[[LockKeys | None, bool], Call]) -> Generator[Op, Any, Any]:
+        """Send an attempt, ``call(ending, registered)``, and return its reply: after our
+        timer fired, ``ending`` is the lock whose ``BLPOP`` the attempt also ends, in the
+        same round trip (else ``None``); ``registered``: an attempt before may have
+        registered us as a waiter (the script takes us off as it takes the lock)."""
         # Once sent, a fair waiter's attempt may have queued it even if no reply comes.
         self.queued = self.queued or self.queue is not None
+        registered, self.sent = self.sent, self.sent or bool(self.waiter)
         ending = self.waiting_on if self.timer_fired else None
         if ending is None:
-            return (yield call(None))
+            return (yield call(None, registered))
         self.waiting_on = None
-        reply, woken = yield CallEndingWait(call(ending))
+        reply, woken = yield CallEndingWait(call(ending, registered))
         if woken:
             self.consumed_from = ending
         return reply
@@ -136,6 +143,8 @@ class Waiter:
         (taking it, or leaving, takes us off)."""
         if writer and lock not in self.writer_of:
             self.writer_of.append(lock)
+        if self.waiter:
+            self.registered_on = lock
 
     def wait(
         self, lock: LockKeys, sent_at: float, wait_ms: int, remaining: float
@@ -163,21 +172,30 @@ class Waiter:
     def settle(self) -> None:
         """Nothing left to undo or hand on: the lock was taken (its script took us off the
         queue and the writers, and used a wake-up we consumed), or given back."""
-        self.consumed_from, self.queued = None, False
+        self.consumed_from, self.queued, self.registered_on = None, False, None
         self.writer_of.clear()
 
-    def leave(self) -> Generator[Op, Any, None]:
-        """Leaving without the lock (or on error): end the wait, leave the fair queue and
-        the writers, and hand on any wake-up we consumed, so that the next waiter is not
-        left sleeping until its own timer. A failure here is absorbed."""
+    def leave(self, *, failing: bool = False) -> Generator[Op, Any, None]:
+        """Leaving without the lock (or on error): end the wait, leave the fair queue, the
+        writers and those who wait, and hand on any wake-up we consumed, so that the next
+        waiter is not left sleeping until its own timer. ``failing``: an error ends the
+        acquire, and a registration with nothing else to undo on its lock is left to its
+        deadline (an error path adds no round trip for it). A failure here is absorbed."""
+        undoing = (self.waiting_on, self.consumed_from, *self.writer_of)
+        if failing and self.registered_on not in (*undoing, self.queue if self.queued else None):
+            self.registered_on = None
         with contextlib.suppress(LockError):
             if self.waiting_on is not None:
                 lock, self.waiting_on = self.waiting_on, None
                 if (yield from self._pass_on(lock, end_wait=True)):
                     self.consumed_from = lock
-            while self.writer_of or self.consumed_from is not None or self.queued:
-                lock = self.writer_of[-1] if self.writer_of else self.consumed_from or self.queue
-                assert lock is not None  # queued: on the queue's lock
+            while self.writer_of or self.consumed_from or self.queued or self.registered_on:
+                lock = (
+                    self.writer_of[-1]
+                    if self.writer_of
+                    else self.consumed_from or (self.queue if self.queued else self.registered_on)
+                )
+                assert lock is not None
                 yield from self._pass_on(lock)
 
     def _pass_on(self, lock: LockKeys, *, end_wait: bool = False) -> Generator[Op, Any, bool]:
@@ -186,7 +204,10 @@ class Waiter:
         queued = self.queued and lock == self.queue
         writer = lock in self.writer_of
         handed_on = self.consumed_from == lock
+        registered = self.registered_on == lock
         self.queued = self.queued and not queued
+        if registered:
+            self.registered_on = None
         if writer:
             self.writer_of.remove(lock)
         if handed_on:
@@ -198,6 +219,7 @@ class Waiter:
             "1" if handed_on else "0",
             "1" if end_wait else "",
             self.waiter if writer else "",
+            self.waiter if registered else "",
         )
         call = Call(PASS_ON, self.keys_of(lock, own=True), args)
         reply, woken = (yield CallEndingWait(call)) if end_wait else ((yield call), False)

@@ -59,9 +59,11 @@ class Backend:
       ``redis.cluster.RedisCluster`` as ``client`` (and, optionally, an asyncio
       ``RedisCluster`` or a callable making one as ``async_client``).
 
-    Requests go through the clients' own redis-py pools (see :mod:`.routes`); blocking
-    waits through a pool of the same settings beside each, so that waiters never exhaust
-    the application's pool. The clients passed in are the caller's to close.
+    Requests go through the clients' own redis-py pools (see :mod:`.routes`), never past
+    their ``max_connections``: at the cap a request waits for a connection to come free
+    (``Tuning.connection_wait``). Blocking waits and renewals go through a pool of the
+    same settings beside each, so that waiters never exhaust the application's pool and
+    renewals never queue for it. The clients passed in are the caller's to close.
 
     Keys are written under ``prefix`` only. ``timeout``, ``auto_renew`` and
     ``min_replicas`` are the defaults of locks that do not set them (``replica_timeout``:
@@ -113,8 +115,10 @@ class Backend:
         self._client = client
         self.is_cluster = cluster is not None or isinstance(client, redis.cluster.RedisCluster)
         """True when the locks live on a Redis Cluster (known without any I/O)."""
-        self._routes = _sync_routes(client, cluster)
-        self._loop_routes = LoopRoutes(_async_routes_maker(client, async_client, cluster))
+        self._routes = _sync_routes(client, cluster, self.tuning)
+        self._loop_routes = LoopRoutes(
+            _async_routes_maker(client, async_client, cluster, self.tuning)
+        )
         self._on_close: list[Callable[[], None]] = []
         _backends.add(self)
 
@@ -199,19 +203,22 @@ class Backend:
             logger.exception("django-distlock observer failed on %s event", event.kind)
 
 
-def _sync_routes(client: Any, cluster: Sequence[str] | None) -> Routes | None:
+def _sync_routes(client: Any, cluster: Sequence[str] | None, tuning: Tuning) -> Routes | None:
     if cluster is not None:
         urls = list(cluster)
-        return ClusterRoutes(lambda: cluster_from_urls(urls), owned=True)
+        return ClusterRoutes(lambda: cluster_from_urls(urls), tuning, owned=True)
     if isinstance(client, redis.cluster.RedisCluster):
-        return ClusterRoutes(lambda: client, owned=False)
+        return ClusterRoutes(lambda: client, tuning, owned=False)
     if client is not None:
-        return Routes(client)
+        return Routes(client, tuning)
     return None
 
 
 def _async_routes_maker(
-    client: Any, async_client: AsyncClientSource | None, cluster: Sequence[str] | None
+    client: Any,
+    async_client: AsyncClientSource | None,
+    cluster: Sequence[str] | None,
+    tuning: Tuning,
 ) -> Callable[[], AsyncRoutes]:
     """How to make an event loop's routes: from the async client (a factory is called
     for each loop; what it makes is closed with the loop), or a cluster's seeds."""
@@ -220,16 +227,16 @@ def _async_routes_maker(
             async_client, redis.asyncio.Redis | redis.asyncio.cluster.RedisCluster
         ):
             factory = async_client
-            return lambda: async_routes_for(factory(), owned=True)
+            return lambda: async_routes_for(factory(), tuning, owned=True)
         instance = async_client
-        return lambda: async_routes_for(instance, owned=False)
+        return lambda: async_routes_for(instance, tuning, owned=False)
     if cluster is not None:
         urls = list(cluster)
-        return lambda: async_routes_for(async_cluster_from_urls(urls), owned=True)
+        return lambda: async_routes_for(async_cluster_from_urls(urls), tuning, owned=True)
     if isinstance(client, redis.cluster.RedisCluster):
         addresses = [(node.host, int(node.port)) for node in client.get_primaries()]
         options = dict(client.get_connection_kwargs())
-        return lambda: async_routes_for(async_cluster_from(addresses, options), owned=True)
+        return lambda: async_routes_for(async_cluster_from(addresses, options), tuning, owned=True)
 
     def none() -> AsyncRoutes:
         raise LockError("this backend has no async client: pass Backend(async_client=...)")

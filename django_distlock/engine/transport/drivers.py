@@ -214,12 +214,11 @@ class SyncDriver:
 
     def _scripts_on(self, server: Server, calls: list[Call], deadline: float) -> list[Any]:
         commands = [commands_for(call, by_sha=True, asking=False)[0] for call in calls]
-        within = self.backend.tuning.renewal_attempt
-        replies = server.bounded_request(commands, deadline, within)
+        replies = server.bounded_request(commands, deadline)
         missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if missing:
             commands = [commands_for(calls[i], by_sha=False, asking=False)[0] for i in missing]
-            loaded = server.bounded_request(commands, deadline, within)
+            loaded = server.bounded_request(commands, deadline)
             for i, reply in zip(missing, loaded, strict=True):
                 replies[i] = reply
         return replies
@@ -517,11 +516,11 @@ class AsyncDriver:
 
     async def _scripts_on(self, server: AsyncServer, calls: list[Call]) -> list[Any]:
         commands = [commands_for(call, by_sha=True, asking=False)[0] for call in calls]
-        replies = await server.request(commands)
+        replies = await server.bounded_request(commands)
         missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if missing:
             commands = [commands_for(calls[i], by_sha=False, asking=False)[0] for i in missing]
-            loaded = await server.request(commands)
+            loaded = await server.bounded_request(commands)
             for i, reply in zip(missing, loaded, strict=True):
                 replies[i] = reply
         return replies

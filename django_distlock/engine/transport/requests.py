@@ -22,6 +22,7 @@ from redis.exceptions import (
     AskError,
     ClusterDownError,
     ConnectionError,
+    MaxConnectionsError,
     MovedError,
     NoScriptError,
     OutOfMemoryError,
@@ -41,6 +42,7 @@ __all__ = [
     "FAILOVER_BUDGET",
     "FAILOVER_DELAY",
     "MAX_REDIRECTS",
+    "POOL_POLL",
     "TRYAGAIN_BUDGET",
     "TRYAGAIN_DELAY",
     "NotSent",
@@ -56,6 +58,7 @@ __all__ = [
     "commands_for",
     "exchange",
     "failure",
+    "pool_full",
     "redirect_of",
     "unavailable",
     "woken_by",
@@ -118,6 +121,27 @@ def failure(name: str | None, exc: BaseException) -> LockError:
             f"Redis refused an operation{about}: {type(exc).__name__}: {exc}", name=name
         )
     return unavailable(name, exc)
+
+
+POOL_POLL = 0.01
+"""Seconds between two looks at a client's pool that is at its ``max_connections`` (a
+connection the engine gives back wakes a request that waits for one at once; one the
+application gives back is seen at the next look)."""
+
+
+def pool_full(pool: Any, waiting_since: float, within: float) -> float:
+    """Seconds to wait before asking ``pool``, which is at its ``max_connections``, for a
+    connection again, a request having waited since monotonic ``waiting_since``; past
+    ``within`` seconds, raises :class:`NotSent` saying which cap kept it waiting."""
+    left = waiting_since + within - time.monotonic()
+    if left <= 0:
+        cap = getattr(pool, "max_connections", None)
+        error = MaxConnectionsError(
+            f"no connection of the client's pool (max_connections={cap}) came free "
+            f"within {within:g} s"
+        )
+        raise NotSent(error)
+    return min(left, POOL_POLL)
 
 
 class NotSent(Exception):

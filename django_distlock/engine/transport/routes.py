@@ -9,9 +9,11 @@ current with its own ``move_slot`` and ``initialize``; clients built from seed U
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import inspect
 import threading
+import time
 import weakref
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import Any
@@ -26,7 +28,8 @@ import redis.retry
 from redis.backoff import NoBackoff
 from redis.exceptions import AskError, MaxConnectionsError, MovedError
 
-from .requests import NotSent, aconnection, aexchange, exchange
+from ..tuning import Tuning
+from .requests import NotSent, aconnection, aexchange, exchange, pool_full
 
 __all__ = [
     "MAX_IDLE_WAITS",
@@ -47,9 +50,9 @@ __all__ = [
 
 
 MAX_IDLE_WAITS = 8
-"""Idle connections a server's wait pool keeps after a burst of waiters is over."""
+"""Idle connections a server's own pool keeps after a burst of waiters is over."""
 MAX_WAITS = 2**31
-"""The wait pool has no cap of its own (redis-py's pools default to 100): each waiter
+"""The engine's own pool has no cap (redis-py's pools default to 100): each waiter
 holds one connection for its whole wait, and hundreds may wait at once."""
 
 
@@ -58,37 +61,54 @@ def no_retry() -> redis.retry.Retry:
     return redis.retry.Retry(NoBackoff(), 0)
 
 
-def _wait_pool_settings(pool: Any) -> dict[str, Any]:
-    """The connection settings of ``pool`` for a pool of blocking waits beside it, minus
-    what belongs to ``pool`` alone (its maintenance-notification handler). A Sentinel
-    pool's connections keep asking that pool's Sentinels for the primary."""
+def _own_pool_settings(pool: Any) -> dict[str, Any]:
+    """The connection settings of ``pool`` for the engine's own pool beside it, uncapped,
+    minus what belongs to ``pool`` alone (its maintenance-notification handler). A
+    Sentinel pool's connections keep asking that pool's Sentinels for the primary."""
     kwargs = dict(pool.connection_kwargs)
     kwargs.pop("maint_notifications_pool_handler", None)
     return {"connection_class": pool.connection_class, "max_connections": MAX_WAITS, **kwargs}
 
 
+def _bounded(settings: dict[str, Any], within: float) -> dict[str, Any]:
+    """``settings`` whose connect, handshake and reads take at most ``within`` seconds."""
+    for name in ("socket_timeout", "socket_connect_timeout"):
+        current = settings.get(name)
+        settings[name] = within if current is None else min(current, within)
+    return settings
+
+
 class Server:
-    """One server as sync code reaches it (see the module docstring)."""
+    """One server as sync code reaches it: the client's own pool (``requests``), which
+    requests never take past its ``max_connections``, and the engine's pool beside it
+    (the client's settings, uncapped, each connection's socket timeouts at most
+    ``Tuning.renewal_attempt``) for what must not queue for the client's pool: blocking
+    waits, which hold a connection for their whole wait, and renewals, due before a lease
+    ends."""
 
     __slots__ = (
         "__weakref__",
-        "_bounded",
+        "_freed",
         "_lock",
+        "_own",
         "_peak",
+        "_queued",
         "_waiting",
-        "_waits",
         "name",
         "requests",
+        "tuning",
     )
 
-    def __init__(self, name: str, requests: redis.ConnectionPool) -> None:
+    def __init__(self, name: str, requests: redis.ConnectionPool, tuning: Tuning) -> None:
         self.name = name
         self.requests = requests
-        self._waits: redis.ConnectionPool | None = None
-        self._bounded: redis.ConnectionPool | None = None
+        self.tuning = tuning
+        self._own: redis.ConnectionPool | None = None
         self._waiting = 0
         self._peak = 0
+        self._queued = 0
         self._lock = threading.Lock()
+        self._freed = threading.Condition(self._lock)
 
     def __repr__(self) -> str:
         return f"<Server {self.name}>"
@@ -96,77 +116,88 @@ class Server:
     def request(
         self, commands: Sequence[Sequence[Any]], deadline: float | None = None
     ) -> list[Any]:
-        """:func:`~.requests.exchange` on the request pool; on the wait pool when the
-        client's pool is at its ``max_connections`` (hundreds of waiters re-checking at
-        once must not fail with pool errors)."""
-        try:
-            return exchange(self.requests, commands, deadline)
-        except NotSent as failed:
-            if not isinstance(failed.error, MaxConnectionsError):
+        """:func:`~.requests.exchange` on the client's pool. When the pool is at its
+        ``max_connections``, waits for one of its connections to come free, up to
+        ``Tuning.connection_wait`` (then :class:`~.requests.NotSent` naming the cap)."""
+        waiting_since = None
+        while True:
+            try:
+                replies = exchange(self.requests, commands, deadline)
+            except NotSent as failed:
+                if not isinstance(failed.error, MaxConnectionsError):
+                    raise
+                if waiting_since is None:
+                    waiting_since = time.monotonic()
+                pause = pool_full(self.requests, waiting_since, self.tuning.connection_wait)
+                with self._freed:
+                    self._queued += 1
+                    self._freed.wait(pause)
+                    self._queued -= 1
+                continue
+            except BaseException:
+                self._free()
                 raise
-        return exchange(self._wait_pool(), commands, deadline)
+            self._free()
+            return replies
 
-    def bounded_request(
-        self, commands: Sequence[Sequence[Any]], deadline: float, connect_within: float
-    ) -> list[Any]:
-        """:func:`~.requests.exchange` until the monotonic ``deadline``, on a pool whose
-        connections take at most ``connect_within`` seconds to connect and shake hands
-        (renewals: a stalled server accepts connections but never answers, and the
-        client's socket timeout may be longer than the lease to save)."""
-        pool = self._bounded
-        if pool is None:
-            with self._lock:
-                if self._bounded is None:
-                    settings = _wait_pool_settings(self.requests)
-                    settings["socket_timeout"] = settings["socket_connect_timeout"] = connect_within
-                    self._bounded = redis.ConnectionPool(**settings)
-                pool = self._bounded
-        return exchange(pool, commands, deadline)
+    def _free(self) -> None:
+        if self._queued:  # read unlocked: a request that misses this looks again soon
+            with self._freed:
+                self._freed.notify()
 
-    def _wait_pool(self) -> redis.ConnectionPool:
-        waits = self._waits
-        if waits is None:
+    def bounded_request(self, commands: Sequence[Sequence[Any]], deadline: float) -> list[Any]:
+        """:func:`~.requests.exchange` on the engine's own pool until the monotonic
+        ``deadline`` (renewals: a stalled server accepts connections but never answers,
+        and the client's socket timeout may be longer than the lease to save)."""
+        return exchange(self._own_pool(), commands, deadline)
+
+    def _own_pool(self) -> redis.ConnectionPool:
+        own = self._own
+        if own is None:
             with self._lock:
-                if self._waits is None:
-                    self._waits = redis.ConnectionPool(**_wait_pool_settings(self.requests))
-                waits = self._waits
-        return waits
+                if self._own is None:
+                    settings = _own_pool_settings(self.requests)
+                    within = self.tuning.renewal_attempt
+                    self._own = redis.ConnectionPool(**_bounded(settings, within))
+                own = self._own
+        return own
 
     def open_wait(self) -> Any:
-        """A connection of the wait pool, connected (give it back with :meth:`close_wait`)."""
-        waits = self._wait_pool()
+        """A connection of the engine's pool, connected (give it back with
+        :meth:`close_wait`)."""
+        own = self._own_pool()
         with self._lock:
             self._waiting += 1
             self._peak = max(self._peak, self._waiting)
         try:
-            return waits.get_connection()
+            return own.get_connection()
         except BaseException:
-            self._left(waits)
+            self._left(own)
             raise
 
     def close_wait(self, connection: Any, *, clean: bool) -> None:
         """Give back a wait connection: ``clean`` when every reply to what was written on
         it was read; otherwise it is disconnected first."""
-        waits = self._waits
-        assert waits is not None
+        own = self._own
+        assert own is not None
         if not clean:
             connection.disconnect()
-        waits.release(connection)
-        self._left(waits)
+        own.release(connection)
+        self._left(own)
 
-    def _left(self, waits: redis.ConnectionPool) -> None:
+    def _left(self, own: redis.ConnectionPool) -> None:
         with self._lock:
             self._waiting -= 1
             trim = self._waiting == 0 and self._peak > MAX_IDLE_WAITS
             if trim:
                 self._peak = 0
         if trim:  # a burst of waiters is over: do not keep a connection per past waiter
-            waits.disconnect(inuse_connections=False)
+            own.disconnect(inuse_connections=False)
 
     def reset_idle(self) -> None:
         """Have every idle connection of its pools reconnect (a Sentinel's primary
         changed: each asks the Sentinels again on connect)."""
-        for pool in (self.requests, self._waits, self._bounded):
+        for pool in (self.requests, self._own):
             if pool is not None:
                 pool.disconnect(inuse_connections=False)
 
@@ -174,88 +205,137 @@ class Server:
         """A redis-py ``PubSub`` on a pool of its own (the settings of ``requests``, one
         connection), so that a subscription never takes one of the client's connections;
         the caller closes it (``close()``, then its ``connection_pool.disconnect()``)."""
-        settings = _wait_pool_settings(self.requests)
+        settings = _own_pool_settings(self.requests)
         settings["max_connections"] = 1
         client = redis.Redis(connection_pool=redis.ConnectionPool(**settings))
         return client.pubsub()
 
     def close(self) -> None:
-        """Close the idle connections of the engine's pools (``requests`` is its
+        """Close the idle connections of the engine's pool (``requests`` is its
         client's)."""
-        for pool in (self._waits, self._bounded):
-            if pool is not None:
-                pool.disconnect(inuse_connections=False)
+        if self._own is not None:
+            self._own.disconnect(inuse_connections=False)
 
 
 class AsyncServer:
-    """Async twin of :class:`Server`, for one event loop. ``owned`` pools (a cluster
-    node's, made by the engine) are closed with it."""
+    """Async twin of :class:`Server`, for one event loop (the engine's pool has the
+    client's settings: the async driver bounds each read itself). ``owned`` pools (a
+    cluster node's, made by the engine) are closed with it."""
 
-    __slots__ = ("__weakref__", "_owned", "_peak", "_waiting", "_waits", "name", "requests")
+    __slots__ = (
+        "__weakref__",
+        "_own",
+        "_owned",
+        "_peak",
+        "_queued",
+        "_waiting",
+        "name",
+        "requests",
+        "tuning",
+    )
 
     def __init__(
-        self, name: str, requests: redis.asyncio.ConnectionPool, *, owned: bool = False
+        self,
+        name: str,
+        requests: redis.asyncio.ConnectionPool,
+        tuning: Tuning,
+        *,
+        owned: bool = False,
     ) -> None:
         self.name = name
         self.requests = requests
+        self.tuning = tuning
         self._owned = owned
-        self._waits: redis.asyncio.ConnectionPool | None = None
+        self._own: redis.asyncio.ConnectionPool | None = None
         self._waiting = 0
         self._peak = 0
+        # Requests waiting for a connection of the client's pool, first come first woken.
+        self._queued: collections.deque[asyncio.Future[None]] = collections.deque()
 
     def __repr__(self) -> str:
         return f"<AsyncServer {self.name}>"
 
     async def request(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
         """Async twin of :meth:`Server.request`."""
-        try:
-            return await aexchange(self.requests, commands)
-        except NotSent as failed:
-            if not isinstance(failed.error, MaxConnectionsError):
+        waiting_since = None
+        while True:
+            try:
+                replies = await aexchange(self.requests, commands)
+            except NotSent as failed:
+                if not isinstance(failed.error, MaxConnectionsError):
+                    raise
+                if waiting_since is None:
+                    waiting_since = time.monotonic()
+                pause = pool_full(self.requests, waiting_since, self.tuning.connection_wait)
+                freed = asyncio.get_running_loop().create_future()
+                self._queued.append(freed)
+                try:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(pause):
+                            await freed
+                finally:
+                    with contextlib.suppress(ValueError):  # gone: _free woke it
+                        self._queued.remove(freed)
+                continue
+            except BaseException:
+                self._free()
                 raise
-        return await aexchange(self._wait_pool(), commands)
+            self._free()
+            return replies
 
-    def _wait_pool(self) -> redis.asyncio.ConnectionPool:
-        if self._waits is None:
-            self._waits = redis.asyncio.ConnectionPool(**_wait_pool_settings(self.requests))
-        return self._waits
+    def _free(self) -> None:
+        while self._queued:
+            freed = self._queued.popleft()
+            if not freed.done():
+                freed.set_result(None)
+                return
+
+    async def bounded_request(self, commands: Sequence[Sequence[Any]]) -> list[Any]:
+        """Async twin of :meth:`Server.bounded_request` (the caller bounds it with
+        ``asyncio.timeout``)."""
+        return await aexchange(self._own_pool(), commands)
+
+    def _own_pool(self) -> redis.asyncio.ConnectionPool:
+        if self._own is None:
+            self._own = redis.asyncio.ConnectionPool(**_own_pool_settings(self.requests))
+        return self._own
 
     async def open_wait(self) -> Any:
         """Async twin of :meth:`Server.open_wait`."""
-        waits = self._wait_pool()
+        own = self._own_pool()
         self._waiting += 1
         self._peak = max(self._peak, self._waiting)
         try:
-            return await aconnection(waits)
+            return await aconnection(own)
         except BaseException:
-            await self._left(waits)
+            await self._left(own)
             raise
 
     async def close_wait(self, connection: Any, *, clean: bool) -> None:
         """Async twin of :meth:`Server.close_wait`."""
-        waits = self._waits
-        assert waits is not None
+        own = self._own
+        assert own is not None
         if not clean:
             await connection.disconnect(nowait=True)
-        await waits.release(connection)
-        await self._left(waits)
+        await own.release(connection)
+        await self._left(own)
 
-    async def _left(self, waits: redis.asyncio.ConnectionPool) -> None:
+    async def _left(self, own: redis.asyncio.ConnectionPool) -> None:
         self._waiting -= 1
         if self._waiting == 0 and self._peak > MAX_IDLE_WAITS:
             self._peak = 0
-            await waits.disconnect(inuse_connections=False)
+            await own.disconnect(inuse_connections=False)
 
     async def reset_idle(self) -> None:
         """Async twin of :meth:`Server.reset_idle`."""
-        for pool in (self.requests, self._waits):
+        for pool in (self.requests, self._own):
             if pool is not None:
                 await pool.disconnect(inuse_connections=False)
 
     async def aclose(self) -> None:
-        """Close the wait pool, and the request pool when the engine made it."""
-        if self._waits is not None:
-            await self._waits.aclose()
+        """Close the engine's pool, and the request pool when the engine made it."""
+        if self._own is not None:
+            await self._own.aclose()
         if self._owned:
             await self.requests.aclose()
 
@@ -265,9 +345,9 @@ class Routes:
 
     is_cluster = False
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, tuning: Tuning) -> None:
         pool = client.connection_pool
-        self.server = Server(_pool_name(pool), pool)
+        self.server = Server(_pool_name(pool), pool, tuning)
 
     def for_key(self, key: str) -> Server:
         """The server holding ``key``."""
@@ -322,9 +402,9 @@ class AsyncRoutes:
 
     is_cluster = False
 
-    def __init__(self, client: redis.asyncio.Redis, *, owned: bool) -> None:
+    def __init__(self, client: redis.asyncio.Redis, tuning: Tuning, *, owned: bool) -> None:
         pool = client.connection_pool
-        self.server = AsyncServer(_pool_name(pool), pool)
+        self.server = AsyncServer(_pool_name(pool), pool, tuning)
         self._client = client
         self._owned = owned
 
@@ -471,8 +551,11 @@ class ClusterRoutes(Routes):
 
     is_cluster = True
 
-    def __init__(self, make: Callable[[], redis.cluster.RedisCluster], *, owned: bool) -> None:
+    def __init__(
+        self, make: Callable[[], redis.cluster.RedisCluster], tuning: Tuning, *, owned: bool
+    ) -> None:
         self._make = make
+        self._tuning = tuning
         self._owned = owned
         self._client: redis.cluster.RedisCluster | None = None
         self._servers: dict[str, Server] = {}
@@ -493,7 +576,7 @@ class ClusterRoutes(Routes):
         server = self._servers.get(node.name)
         if server is None:
             with self._lock:
-                server = self._servers.setdefault(node.name, Server(node.name, pool))
+                server = self._servers.setdefault(node.name, Server(node.name, pool, self._tuning))
         if server.requests is not pool:  # redis-py made the node's client anew
             server.requests = pool
         return server
@@ -547,8 +630,11 @@ class AsyncClusterRoutes(AsyncRoutes):
 
     is_cluster = True
 
-    def __init__(self, client: redis.asyncio.cluster.RedisCluster, *, owned: bool) -> None:
+    def __init__(
+        self, client: redis.asyncio.cluster.RedisCluster, tuning: Tuning, *, owned: bool
+    ) -> None:
         self._cluster = client
+        self._tuning = tuning
         self._owned = owned
         self._servers: dict[str, AsyncServer] = {}
 
@@ -561,7 +647,9 @@ class AsyncClusterRoutes(AsyncRoutes):
             pool = redis.asyncio.ConnectionPool(
                 connection_class=node.connection_class, **node.connection_kwargs
             )
-            server = self._servers[node.name] = AsyncServer(node.name, pool, owned=True)
+            server = self._servers[node.name] = AsyncServer(
+                node.name, pool, self._tuning, owned=True
+            )
         return server
 
     def for_key(self, key: str) -> AsyncServer:
@@ -595,13 +683,13 @@ class AsyncClusterRoutes(AsyncRoutes):
             await self._cluster.aclose()
 
 
-def async_routes_for(client: Any, *, owned: bool) -> AsyncRoutes:
+def async_routes_for(client: Any, tuning: Tuning, *, owned: bool) -> AsyncRoutes:
     """The async routes of ``client``, a ``redis.asyncio.Redis`` or an asyncio
     ``RedisCluster``."""
     if isinstance(client, redis.asyncio.cluster.RedisCluster):
-        return AsyncClusterRoutes(client, owned=owned)
+        return AsyncClusterRoutes(client, tuning, owned=owned)
     if isinstance(client, redis.asyncio.Redis):
-        return AsyncRoutes(client, owned=owned)
+        return AsyncRoutes(client, tuning, owned=owned)
     raise TypeError(
         "async_client must be (or make) a redis.asyncio.Redis or a "
         f"redis.asyncio.cluster.RedisCluster, not {type(client).__name__}"

@@ -16,7 +16,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from django_distlock.engine import Backend, Lock, LockLost
+from django_distlock.engine import Backend, Lock, LockGroup, LockLost
 from tests.support.engine import (
     HOST,
     Api,
@@ -38,14 +38,17 @@ from tests.support.probe import server_and_cluster, single_server_only
 PROMPT = 0.05
 
 
-def waiter(api: Api, lock: Lock, **kwargs: Any) -> Awaitable[tuple[bool, float, int | None]]:
+def waiter(
+    api: Api, lock: Lock | LockGroup, **kwargs: Any
+) -> Awaitable[tuple[bool, float, int | None]]:
     """Acquire ``lock`` in the background (a thread for sync, a task for async); the
-    result is (acquired, monotonic time it was acquired, fence). It releases at once."""
+    result is (acquired, monotonic time it was acquired, fence: ``None`` for a group).
+    It releases at once."""
     if api.name == "sync":
 
         def run() -> tuple[bool, float, int | None]:
             acquired = lock.acquire(**kwargs)
-            at, fence = time.monotonic(), lock.fence
+            at, fence = time.monotonic(), getattr(lock, "fence", None)
             if acquired:
                 lock.release()
             return acquired, at, fence
@@ -54,7 +57,7 @@ def waiter(api: Api, lock: Lock, **kwargs: Any) -> Awaitable[tuple[bool, float, 
 
     async def arun() -> tuple[bool, float, int | None]:
         acquired = await lock.aacquire(**kwargs)
-        at, fence = time.monotonic(), lock.fence
+        at, fence = time.monotonic(), getattr(lock, "fence", None)
         if acquired:
             await lock.arelease()
         return acquired, at, fence
@@ -101,11 +104,10 @@ async def test_a_waiter_gets_the_lock_right_after_the_lease_ends(api, make_backe
         before = script_calls(redis_client)
         pending = waiter(api, Lock("expiry", backend=backend), blocking_timeout=5)
         # No polling while the lease runs: the waiter's busy attempt, then nothing until
-        # the lease end (a poller every 0.1 s would have sent two more by now) but, from
-        # the second round, one re-check at once: the previous round's release, with no
-        # waiter, left its wake-up signal (kept 3 s for a waiter about to block), which
-        # this waiter takes as it starts waiting. That round trip is a known cost of the
-        # unfair wake-up, left for the handoff work (issue 31).
+        # the lease end (a poller every 0.1 s would have sent two more by now). The
+        # previous round's release, with nobody left waiting, left no wake-up behind
+        # (test_a_release_with_nobody_left_waiting_wakes_nobody). The one more allowed is
+        # a re-check timed from when the busy attempt was sent (below).
         await asyncio.sleep(max(0.0, holder_deadline - 0.05 - time.monotonic()))
         during_the_lease = script_calls(redis_client) - before
         acquired, at, fence = await pending
@@ -117,7 +119,7 @@ async def test_a_waiter_gets_the_lock_right_after_the_lease_ends(api, make_backe
         assert during_the_lease <= 2
         # Then the attempt that takes it, and the release. The re-check is timed from
         # when the busy attempt was sent, so under load it can reach the server a little
-        # before the key expires: a short wait and one more attempt.
+        # before the key expires: a short wait and one more attempt (twice at most).
         assert script_calls(redis_client) - before <= 5
         assert holder.lost
         with pytest.raises(LockLost):
@@ -152,6 +154,40 @@ async def test_a_waiter_takes_over_promptly_from_a_crashed_process(
     # noise, but not a waiter that only notices through its 1 s re-check (the median
     # lateness is held to PROMPT by the test above).
     assert at - killed_at < lease_left + 0.3
+
+
+@pytest.mark.parametrize(
+    "kind", [{}, {"fair": True}, {"limit": 1}], ids=["plain", "fair", "limited"]
+)
+async def test_a_release_with_nobody_left_waiting_wakes_nobody(api, backend, redis_client, kind):
+    # A waiter that took the lock no longer waits: its release must not leave a wake-up
+    # behind, which the next waiter would take at once for a futile re-check.
+    name = f"stale-{'-'.join(kind) or 'plain'}"
+    holder = Lock(name, backend=backend, timeout=30, auto_renew=False, **kind)
+    await api.acquire(holder)
+    pending = waiter(api, Lock(name, backend=backend, **kind), blocking_timeout=10)
+    await await_until(lambda: blocked_clients(redis_client) == 1)
+    await api.release(holder)
+    acquired, _, _ = await pending  # it took the lock, then released it
+    assert acquired
+    keys = keys_of(name)
+    assert not redis_client.exists(keys.signal)
+    assert not redis_client.exists(keys.waiters)
+
+
+async def test_a_group_released_with_nobody_left_waiting_wakes_nobody(api, backend, redis_client):
+    names = ["stale-group:a", "stale-group:b"]
+    holder = Lock(names[1], backend=backend, timeout=30, auto_renew=False)
+    await api.acquire(holder)
+    group = LockGroup(names, backend=backend, timeout=30, auto_renew=False)
+    pending = waiter(api, group, blocking_timeout=10)
+    await await_until(lambda: blocked_clients(redis_client) == 1)
+    await api.release(holder)
+    acquired, _, _ = await pending
+    assert acquired
+    for name in names:
+        assert not redis_client.exists(keys_of(name).signal), name
+        assert not redis_client.exists(keys_of(name).waiters), name
 
 
 # -- fairness ---------------------------------------------------------------------------

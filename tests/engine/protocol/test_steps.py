@@ -262,8 +262,13 @@ def test_giving_up_passes_on_a_wake_up_the_ended_wait_consumed():
     time.sleep(0.03)
     op = generator.send(Wake.TIMER)  # the timer ran out, so did the deadline: re-check
     assert isinstance(op, CallEndingWait)
-    # Still busy, and the wait already ended with that re-check: nothing to clean up.
-    assert finish(generator, ([b"busy", 60_000, b""], False)) == NotAcquired(60.0)
+    # Still busy, and the wait already ended with that re-check: nothing to hand on, but
+    # we leave those who wait, so that a release wakes nobody for us.
+    op = generator.send(([b"busy", 60_000, b""], False))
+    assert op.script is PASS_ON
+    assert op.args[2] == "0"  # no wake-up consumed
+    assert op.args[5] == WAITER
+    assert finish(generator, DONE) == NotAcquired(60.0)
 
     generator, _ = steps(blocking=True, deadline=time.monotonic() + 0.02)
     generator.send([b"busy", 60_000, b""])  # StartWait
@@ -468,7 +473,8 @@ def test_a_group_woken_and_found_busy_again_waits_for_its_timer():
 
 def test_a_group_leaving_hands_on_a_wake_up_and_its_writer_place_in_one_call():
     """Leaving undoes all it left on a lock in one PASS_ON, as one lock does: the writers
-    it joined and a wake-up it consumed there (the group's own clean-up took two calls)."""
+    it joined, a wake-up it consumed there and its place among those who wait (the
+    group's own clean-up took two calls)."""
     generator, _ = group_steps(blocking=True, deadline=time.monotonic() + 0.02)
     generator.send([b"busy", 60_000, 1, b"1"])  # StartWait, among the writers of "job"
     generator.send(None)  # AwaitWakeUp
@@ -477,5 +483,5 @@ def test_a_group_leaving_hands_on_a_wake_up_and_its_writer_place_in_one_call():
     op = generator.send(([b"busy", 60_000, 1, b"1"], True))  # still busy, and woken
     assert op.script is PASS_ON
     assert op.keys[0] == KEYS.lock
-    assert op.args == ("", Tuning().waiter_liveness_ms, "1", "", WAITER)
+    assert op.args == ("", Tuning().waiter_liveness_ms, "1", "", WAITER, WAITER)
     assert finish(generator, DONE) == NotAcquired(60.0)

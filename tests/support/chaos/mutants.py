@@ -66,8 +66,8 @@ def _release_any_token() -> None:
     original = core.RELEASE
     source = _replaced(
         original.source,
-        "if not value or string.sub(value, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\\n' then",
-        "if not value then",
+        "if type(value) ~= 'string' or string.sub(value, 1, #ARGV[1] + 1) ~= ARGV[1] .. '\\n' then",
+        "if type(value) ~= 'string' then",
     )
     core.RELEASE = Script(original.name, source)
 
