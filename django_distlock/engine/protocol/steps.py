@@ -1,11 +1,10 @@
 """The protocol's steps, free of I/O: each operation is a generator that yields what it
 needs done (:mod:`.ops`) and the drivers (:mod:`..transport.drivers`) carry it out.
 
-What the steps share (their outcomes, the script calls on one hold, releasing and waking
-a fair waiter, who a hold is stored as), then :func:`acquire_steps` (one lock, every
-kind: the attempt, the fair queue, the wait and its clean-up) and
-:func:`acquire_many_steps` (several names at once, all or none, on the same wait and
-hand-on rules)."""
+What the steps share (their outcomes, the script calls on one hold, releasing, who a hold
+is stored as), then :func:`acquire_steps` (one lock, every kind) and
+:func:`acquire_many_steps` (several names at once, all or none): both wait, and undo their
+wait, through one :class:`~.waiting.Waiter`."""
 
 from __future__ import annotations
 
@@ -24,26 +23,8 @@ from ..exceptions import LockBackendUnavailable, LockError
 from ..keys import EXCLUSIVE, LIMITED, SHARED, LockKeys, clean_label
 from ..tuning import Tuning, ms
 from .hold import HOSTNAME, Hold
-from .ops import (
-    AwaitWakeUp,
-    Call,
-    CallEndingWait,
-    Op,
-    Pause,
-    Replicated,
-    StartWait,
-    Wake,
-    interrupted,
-)
-from .replies import (
-    OtherKind,
-    Taken,
-    TakenMany,
-    acquire_reply,
-    many_reply,
-    passed_on_reply,
-    released_reply,
-)
+from .ops import Call, Op, Pause, Replicated
+from .replies import OtherKind, Taken, TakenMany, acquire_reply, many_reply, released_reply
 from .scripts import (
     ACQUIRE,
     EXTEND,
@@ -52,12 +33,10 @@ from .scripts import (
     HOLDER_RELEASE,
     HOLDER_TTL,
     MANY_ACQUIRE,
-    PASS_ON,
     RELEASE,
     TTL,
-    WAKE,
-    Script,
 )
+from .waiting import RideOut, Waiter, wake_steps
 
 __all__ = [
     "AcquireArgs",
@@ -66,7 +45,6 @@ __all__ = [
     "GroupRequest",
     "NotAcquired",
     "NotReplicated",
-    "RideOut",
     "acknowledged",
     "acquire_many_steps",
     "acquire_steps",
@@ -79,9 +57,6 @@ __all__ = [
     "release_steps",
     "stored_mode",
     "ttl_call",
-    "wake_call",
-    "wake_steps",
-    "wake_time",
 ]
 
 
@@ -127,39 +102,6 @@ def acknowledged(
     if reply.acknowledged < reply.required and replicas is not None:
         return reply.reply, NotReplicated(reply.acknowledged, reply.required, replicas[1])
     return reply.reply, None
-
-
-@dataclass(slots=True)
-class RideOut:
-    """How one acquire rides out a failover, the same for one lock and a group: an
-    attempt the primary changed under (a planned failover unblocked its ``WAIT``, or the
-    demoted primary refused it), a wait a failover ended, or a lock too few replicas
-    acknowledged (the old primary lost its replica first) is tried again, every
-    ``Tuning.failover_pause``, for up to ``Tuning.failover_ride_out`` seconds from the
-    first, never past the acquire's deadline."""
-
-    tuning: Tuning
-    deadline: float | None
-    """Monotonic time the acquire stops waiting at, ``None`` for never."""
-    until: float | None = None
-    """A ride-out runs: retries go on until then."""
-
-    def start(self) -> None:
-        """A failover was met (a wait it ended): ride it out from now."""
-        until = time.monotonic() + self.tuning.failover_ride_out
-        self.until = until if self.deadline is None else min(until, self.deadline)
-
-    def riding(self, met: bool) -> bool:
-        """Whether a failover is being ridden out now; ``met``: this attempt met one (the
-        ride-out starts unless one runs already)."""
-        if met and self.until is None:
-            self.start()
-        return self.until is not None and time.monotonic() < self.until
-
-    def primary_changed(self, error: LockBackendUnavailable, blocking: bool) -> bool:
-        """Whether to try again after ``error`` refused an attempt: a waiter (``blocking``)
-        whose primary changed under it, while the ride-out lasts."""
-        return self.riding(blocking and interrupted(error.__cause__))
 
 
 @dataclass(slots=True)
@@ -215,35 +157,6 @@ def release_steps(
     if head:
         yield from wake_steps(keys, head, liveness_ms)
     return released
-
-
-def wake_call(keys: LockKeys, head: Any, liveness_ms: int) -> Call | None:
-    """The call that wakes fair waiter ``head`` (a script's answer: ``b""`` when there is
-    none, and then ``None``). Its list is not among the lock's keys, so it is pushed to
-    apart from the script that named it."""
-    if not head:
-        return None
-    waiter = head.decode() if isinstance(head, bytes) else str(head)
-    return Call(WAKE, (keys.wake(waiter),), (liveness_ms,))
-
-
-def wake_steps(keys: LockKeys, head: Any, liveness_ms: int) -> Generator[Op, Any, None]:
-    """Wake fair waiter ``head`` (:func:`wake_call`); losing this push only makes the
-    waiter notice at its next re-check."""
-    call = wake_call(keys, head, liveness_ms)
-    if call is not None:
-        with contextlib.suppress(LockError):
-            yield call
-
-
-def wake_time(sent_at: float, wait_ms: int, remaining: float, tuning: Tuning) -> float:
-    """When a waiter told ``busy`` re-checks at the latest (monotonic): once the obstacle's
-    ``wait_ms`` is over (``-1``: unknown), within ``tuning.wait_cap`` and the ``remaining``
-    seconds before its deadline."""
-    # The PTTL counts from when the script ran, so the timer counts from when it was
-    # sent; +1 ms because Redis keeps a key until its PTTL is strictly past.
-    timer = tuning.wait_cap if wait_ms < 0 else (wait_ms + 1) / 1000
-    return sent_at + min(timer, tuning.wait_cap, max(remaining, 0.0))
 
 
 def ttl_call(hold: Hold) -> Call:
@@ -324,30 +237,23 @@ def acquire_steps(
         fair=fair,
         held_as=() if mode == EXCLUSIVE else (stored_mode(mode, limit), limit * (mode == LIMITED)),
     )
-    wait = _Waiting(keys, waiter, fair, mode, RideOut(tuning, deadline))
+    queue = keys if fair and blocking else None  # a fair waiter's attempts join its queue
+    waiting = Waiter(waiter, RideOut(tuning, deadline), queue, holders=mode != EXCLUSIVE)
     script = ACQUIRE if mode == EXCLUSIVE else HOLDER_ACQUIRE
-    attempt_keys = wait.attempt_keys()
-    attempted = failing = False
+
+    def attempt(ending: LockKeys | None, registered: bool) -> Call:
+        argv = dataclasses.replace(args, end_wait=ending is not None, registered=registered)
+        return Call(script, waiting.keys_of(keys, own=ending is not None), argv.argv(), replicas)
+
+    may_hold = failing = False  # may_hold: the acquire script may have run unseen
     try:
         while True:
-            if attempted and blocking and not args.registered:
-                # The attempt before may have registered us among those who wait: taking
-                # the lock (or leaving) takes us off.
-                args = dataclasses.replace(args, registered=True)
-                wait.registered = True
-            attempted = True
             sent_at = time.monotonic()
-            wait.may_hold = True
-            # A fair waiter's attempt queues it if the lock is busy: once sent, it may be
-            # queued even if the reply never comes (leaving takes it off the queue).
-            wait.enqueued = wait.enqueued or (blocking and fair)
+            may_hold = True
             try:
-                if wait.waiting and wait.timer_fired:
-                    reply = yield from _attempt_ending_wait(wait, script, args, replicas)
-                else:
-                    reply = yield Call(script, attempt_keys, args.argv(), replicas)
+                reply = yield from waiting.attempt(attempt)
             except LockBackendUnavailable as error:
-                if not wait.failover.primary_changed(error, blocking):
+                if not waiting.failover.primary_changed(error, blocking):
                     raise
                 # The primary is changing: the same token again, once it settles (a request
                 # that did run answers "taken" to its own token).
@@ -355,61 +261,49 @@ def acquire_steps(
                 continue
             reply, unreplicated = acknowledged(reply, replicas)
             answer = acquire_reply(name, reply)
-            wait.may_hold = False
+            may_hold = type(answer) is Taken
             if type(answer) is OtherKind:
                 raise LockError(_other_mode(name, mode, limit, answer.held_as), name=name)
             if type(answer) is Taken:
-                wait.may_hold = True
                 if time.monotonic() - sent_at >= lease:
                     # The answer came after the lease it granted was over (a stalled server
                     # or connection): the lock may be another's by now. Give it back and
                     # try again (Redlock's rule: no hold whose validity is already spent).
                     yield from release_steps(keys, token, liveness_ms, mode)
-                    wait.settle()
+                    may_hold = False
+                    waiting.settle()
                     if not blocking or (deadline is not None and time.monotonic() >= deadline):
                         return NotAcquired(None)
                     continue
                 if unreplicated is not None:
                     # Not on enough replicas: a failover now could forget it. Give it back.
                     yield from release_steps(keys, token, liveness_ms, mode)
-                    wait.settle()
+                    may_hold = False
+                    waiting.settle()
                     # A waiter tries again within its blocking_timeout (a planned failover:
                     # the old primary lost its replica first), for as long as a failover is
                     # ridden out.
-                    if not wait.failover.riding(blocking):
+                    if not waiting.failover.riding(blocking):
                         return unreplicated
                     yield Pause(tuning.failover_pause)
                     continue
-                # No wait is outstanding here (a re-check after the timer ends it in the
-                # same step), the acquire script took us off the queue, and a wake-up we
-                # consumed was used: nothing to clean up or hand on.
-                wait.settle(holding=True)
+                waiting.settle()
                 if answer.also_wake:
                     # A shared hold or a free slot may let the next waiter in too.
                     yield from wake_steps(keys, answer.also_wake, liveness_ms)
                 return Acquired(answer.fence, answer.acquired_at_us, sent_at)
-            wait_ms = answer.wait_ms
-            if not wait.writer and answer.writer:
-                # Waiting among the writers of a lock held shared: taking it (or leaving)
-                # takes us off that list.
-                wait.writer = True
+            waiting.busy(keys, answer.writer)
+            if answer.writer:
                 args = dataclasses.replace(args, writer=True)
             if answer.head and answer.head not in (waiter, waiter.encode()):
                 yield from wake_steps(keys, answer.head, liveness_ms)
             remaining = math.inf if deadline is None else deadline - time.monotonic()
             if not blocking or remaining <= 0:
-                return NotAcquired(wait_ms / 1000 if wait_ms >= 0 else None)
-            if wait.timer_fired and wait.consumed:
-                # A release woke us as the timer fired: try again at once.
-                wait.timer_fired = wait.consumed = False
-                continue
-            yield from _wait_for_wake_up(wait, wake_time(sent_at, wait_ms, remaining, tuning))
-            if wait.interrupted:
-                wait.interrupted = False
-                wait.failover.start()
+                return NotAcquired(answer.wait_ms / 1000 if answer.wait_ms >= 0 else None)
+            yield from waiting.wait(keys, sent_at, answer.wait_ms, remaining)
     except BaseException:
         failing = True
-        if wait.may_hold:
+        if may_hold:
             # Only our own token is deleted, so this is safe even if the script never ran.
             try:
                 yield from release_steps(keys, token, liveness_ms, mode)
@@ -418,11 +312,7 @@ def acquire_steps(
                     on_unreleased()
         raise
     finally:
-        # Leaving those who wait is left to the deadline when an error ends the acquire:
-        # an error path adds no round trip for it.
-        if wait.left_behind() or (wait.registered and not failing):
-            with contextlib.suppress(LockError):
-                yield from _leave(wait, liveness_ms)
+        yield from waiting.leave(failing=failing)
 
 
 @dataclass(slots=True)
@@ -467,118 +357,6 @@ class AcquireArgs:
         if self.writer:
             return (*head, "writer")
         return (*head, "waited") if self.registered else head
-
-
-@dataclass(slots=True)
-class _Waiting:
-    """Where one acquire stands with the server's waiting structures: what it must undo
-    or hand on if it leaves without the lock (:func:`_leave`)."""
-
-    keys: LockKeys
-    waiter: str
-    fair: bool
-    mode: str
-    failover: RideOut
-    """Riding out a failover (the same rule as a group's)."""
-    waiting: bool = False
-    """A ``BLPOP`` on our wake-up list is outstanding."""
-    consumed: bool = False
-    """A wake-up reached us that we did not turn into the lock."""
-    enqueued: bool = False
-    """We are (or, an attempt sent, may be) on the fair queue."""
-    writer: bool = False
-    """We wait among the writers of a lock held shared."""
-    registered: bool = False
-    """An attempt may have registered us among those who wait (``KEYS[3]``)."""
-    may_hold: bool = False
-    """The acquire script may have run without us seeing its reply."""
-    timer_fired: bool = False
-    """The last wait ended by our own timer (the ``BLPOP`` stays outstanding)."""
-    interrupted: bool = False
-    """The last wait was ended by the server (``UNBLOCKED``: a failover)."""
-
-    def left_behind(self) -> bool:
-        """Whether leaving without the lock has something to undo or hand on."""
-        return self.waiting or self.consumed or self.enqueued or self.writer
-
-    def settle(self, *, holding: bool = False) -> None:
-        """Nothing left to clean up (the lock was taken, or given back)."""
-        self.may_hold = holding
-        self.consumed = self.enqueued = self.writer = self.registered = False
-
-    def own_keys(self) -> tuple[str, ...]:
-        """The keys of the calls that end our wait or take us off the queue: with our own
-        wake-up list as ``KEYS[7]``. Plain attempts name the shared signal list there
-        instead, so that their keys (and how they are packed) are the same each time."""
-        keys = self.keys
-        if self.mode == EXCLUSIVE:
-            return keys.all(self.waiter) if self.waiter else keys.all()
-        return keys.of_holders(self.waiter) if self.waiter else keys.of_holders()
-
-    def attempt_keys(self) -> tuple[str, ...]:
-        return self.keys.all() if self.mode == EXCLUSIVE else self.keys.of_holders()
-
-
-def _attempt_ending_wait(
-    wait: _Waiting, script: Script, args: AcquireArgs, replicas: tuple[int | str, int] | None
-) -> Generator[Op, Any, Any]:
-    """An acquire attempt (``script``) after our timer fired: it also ends the
-    outstanding ``BLPOP``, in the same round trip."""
-    wait.waiting = False
-    ending = dataclasses.replace(args, end_wait=True).argv()
-    reply, woken = yield CallEndingWait(Call(script, wait.own_keys(), ending, replicas))
-    wait.consumed = wait.consumed or woken
-    return reply
-
-
-def _wait_for_wake_up(wait: _Waiting, wake_at: float) -> Generator[Op, Any, None]:
-    """Block (a ``BLPOP`` on our wake-up list, opened once) until a release wakes us or
-    monotonic ``wake_at``."""
-    if not wait.waiting:
-        own = wait.keys.wake(wait.waiter)
-        yield StartWait((own,) if wait.fair else (own, wait.keys.signal))
-        wait.waiting = True
-        wait.consumed = False
-    woke = yield AwaitWakeUp(max(0.0, wake_at - time.monotonic()))
-    wait.timer_fired = woke is Wake.TIMER
-    if woke is Wake.WOKEN:
-        wait.waiting = False
-        wait.consumed = True
-    elif woke is Wake.INTERRUPTED:
-        wait.waiting = False
-        wait.interrupted = True
-
-
-def _leave(wait: _Waiting, liveness_ms: int) -> Generator[Op, Any, None]:
-    """Leaving without the lock (or on error): end the wait, leave the fair queue, those
-    who wait and the writers, and hand on any wake-up we consumed, so that the next
-    waiter is not left sleeping until its own timer."""
-    queued_as = wait.waiter if wait.fair else ""
-    writer_id = wait.waiter if wait.writer else ""
-    registered_as = wait.waiter if wait.registered else ""
-    keys = wait.keys
-    if wait.waiting:
-        wait.waiting = False
-        handed_on = "1" if wait.consumed else "0"
-        reply, woken = yield CallEndingWait(
-            Call(
-                PASS_ON,
-                wait.own_keys(),
-                (queued_as, liveness_ms, handed_on, "1", writer_id, registered_as),
-            )
-        )
-        yield from wake_steps(keys, passed_on_reply(keys.name, reply).head, liveness_ms)
-        if woken:
-            reply = yield Call(PASS_ON, wait.own_keys(), ("", liveness_ms, "1", "", "", ""))
-            yield from wake_steps(keys, passed_on_reply(keys.name, reply).head, liveness_ms)
-    else:
-        handed_on = "1" if wait.consumed else "0"
-        reply = yield Call(
-            PASS_ON,
-            wait.own_keys(),
-            (queued_as, liveness_ms, handed_on, "", writer_id, registered_as),
-        )
-        yield from wake_steps(keys, passed_on_reply(keys.name, reply).head, liveness_ms)
 
 
 def _other_mode(name: str, mode: str, limit: int, held_as: Any) -> str:
@@ -709,114 +487,49 @@ def _acquire_group(
         tuning.fence_memory_ms,
         liveness_ms if waiter else "",
     )
-    waited_on: LockKeys | None = None  # whose BLPOP is outstanding
-    consumed_from: LockKeys | None = None  # a wake-up we consumed and did not use
-    writer_of: list[LockKeys] = []  # locks held shared whose writers we wait among
-    registered_on: LockKeys | None = None  # the last busy lock: we are among its waiters
-    registered = ""  # "1": an attempt before may have registered us as a waiter
-    timer_fired = failing = False
+    waiting = Waiter(waiter, failover)
+
+    def attempt(ending: LockKeys | None, registered: bool) -> Call:
+        last = group[0].lock if ending is None else ending.wake(waiter)
+        argv = (*base, "" if ending is None else "1", waiter, "1" if registered else "", *names)
+        return Call(MANY_ACQUIRE, (*lock_keys, last), argv, replicas)
+
+    failing = False
+
     try:
         while True:
             sent_at = time.monotonic()
             try:
-                if waited_on is not None and timer_fired:
-                    ending, waited_on = waited_on, None
-                    call = Call(
-                        MANY_ACQUIRE,
-                        (*lock_keys, ending.wake(waiter)),
-                        (*base, "1", waiter, registered, *names),
-                        replicas,
-                    )
-                    reply, woken = yield CallEndingWait(call)
-                    if woken:
-                        consumed_from = ending
-                else:
-                    reply = yield Call(
-                        MANY_ACQUIRE,
-                        (*lock_keys, group[0].lock),
-                        (*base, "", waiter, registered, *names),
-                        replicas,
-                    )
+                reply = yield from waiting.attempt(attempt)
             except LockBackendUnavailable as error:
                 if not failover.primary_changed(error, blocking):
                     raise
                 # A request that did run answers "taken" to the same token.
-                registered = "1" if blocking else ""
                 yield Pause(tuning.failover_pause)
                 continue
-            registered = "1" if blocking else ""
             reply, unreplicated = acknowledged(reply, replicas)
             answer = many_reply(group[0].name, reply)
             if type(answer) is TakenMany and unreplicated is not None:
                 # Not on enough replicas: a failover now could forget it. Give it back,
                 # and try again as one lock would.
                 yield from _release_groups([group], request.token, tuning)
-                consumed_from = None
-                writer_of = []
+                waiting.settle()
                 if not failover.riding(blocking):
                     unreplicated.name = group[0].name
                     return unreplicated
                 yield Pause(tuning.failover_pause)
                 continue
             if type(answer) is TakenMany:
-                consumed_from = registered_on = None
-                writer_of = []  # the script took us off every lock's writers and waiters
+                waiting.settle()
                 return answer.fences, answer.acquired_at_us, sent_at
-            wait_ms = answer.wait_ms
             busy = group[answer.index]
-            registered_on = busy if blocking else None
-            if answer.writer and busy not in writer_of:
-                writer_of.append(busy)
+            waiting.busy(busy, answer.writer)
             remaining = math.inf if deadline is None else deadline - time.monotonic()
             if not blocking or remaining <= 0:
-                return NotAcquired(wait_ms / 1000 if wait_ms >= 0 else None)
-            if timer_fired and consumed_from is not None:
-                timer_fired = False  # woken as the timer fired: try again at once
-                consumed_from = None
-                continue
-            yield StartWait((busy.wake(waiter), busy.signal))
-            waited_on = busy
-            wake_at = wake_time(sent_at, wait_ms, remaining, tuning)
-            woke = yield AwaitWakeUp(max(0.0, wake_at - time.monotonic()))
-            timer_fired = woke is Wake.TIMER
-            if woke is not Wake.TIMER:
-                waited_on = None  # the wait is over
-            if woke is Wake.WOKEN:
-                consumed_from = busy
-            elif woke is Wake.INTERRUPTED:
-                failover.start()  # a failover ended the wait: try again, riding it out
+                return NotAcquired(answer.wait_ms / 1000 if answer.wait_ms >= 0 else None)
+            yield from waiting.wait(busy, sent_at, answer.wait_ms, remaining)
     except BaseException:
         failing = True
         raise
     finally:
-        # Leaving without the group: end the wait, leave the writers we joined, and hand
-        # on a wake-up we consumed.
-        try:
-            if waited_on is not None:
-                keys, waited_on = waited_on, None
-                writer_id = waiter if keys in writer_of else ""
-                reply, woken = yield CallEndingWait(
-                    Call(PASS_ON, keys.all(waiter), ("", liveness_ms, "0", "1", writer_id, waiter))
-                )
-                registered_on = None if keys is registered_on else registered_on
-                if writer_id:
-                    writer_of.remove(keys)
-                    yield from wake_steps(keys, passed_on_reply(keys.name, reply).head, liveness_ms)
-                if woken:
-                    consumed_from = keys
-            while writer_of:
-                keys = writer_of.pop()
-                reply = yield Call(PASS_ON, keys.all(), ("", liveness_ms, "0", "", waiter, waiter))
-                registered_on = None if keys is registered_on else registered_on
-                yield from wake_steps(keys, passed_on_reply(keys.name, reply).head, liveness_ms)
-            if consumed_from is not None:
-                keys, consumed_from = consumed_from, None
-                mine = waiter if keys is registered_on else ""
-                registered_on = None if mine else registered_on
-                reply = yield Call(PASS_ON, keys.all(), ("", liveness_ms, "1", "", "", mine))
-                yield from wake_steps(keys, passed_on_reply(keys.name, reply).head, liveness_ms)
-            if registered_on is not None and not failing:  # on error: left to its deadline
-                keys, registered_on = registered_on, None
-                yield Call(PASS_ON, keys.all(), ("", liveness_ms, "0", "", "", waiter))
-        except LockError:
-            pass
+        yield from waiting.leave(failing=failing)

@@ -17,7 +17,8 @@ from ..exceptions import LockError
 from ..protocol.hold import Event, Hold, LostCause, hold_event, report_loss
 from ..protocol.ops import Call
 from ..protocol.replies import released_reply
-from ..protocol.steps import extend_call, release_call, wake_call
+from ..protocol.steps import extend_call, release_call
+from ..protocol.waiting import wake_call
 
 __all__ = [
     "GIVE_BACK",

@@ -451,3 +451,37 @@ def test_a_group_waiter_not_replicated_tries_again_while_it_rides_out():
     assert op.script is MANY_ACQUIRE
     outcome = finish(generator, Replicated([b"taken", 1_000, 9, 10], 1, 1))
     assert outcome.fences == [9, 10]
+
+
+def test_a_group_woken_and_found_busy_again_waits_for_its_timer():
+    """The group's wait follows one lock's rule: an attempt after a wake-up uses it, so
+    the next timer re-checks once and waits again (the group's own copy of the loop kept
+    the used wake-up and retried a second time at once)."""
+    generator, _ = group_steps(blocking=True)
+    wait = StartWait((KEYS.wake(WAITER), KEYS.signal))
+    assert generator.send([b"busy", 60_000, 1, b""]) == wait
+    generator.send(None)  # AwaitWakeUp
+    assert generator.send(Wake.WOKEN).script is MANY_ACQUIRE  # woken: try again
+    assert generator.send([b"busy", 60_000, 1, b""]) == wait  # someone else took it
+    generator.send(None)  # AwaitWakeUp
+    op = generator.send(Wake.TIMER)
+    assert isinstance(op, CallEndingWait)
+    assert op.call.script is MANY_ACQUIRE
+    assert generator.send(([b"busy", 60_000, 1, b""], False)) == wait
+    abandon(generator)
+
+
+def test_a_group_leaving_hands_on_a_wake_up_and_its_writer_place_in_one_call():
+    """Leaving undoes all it left on a lock in one PASS_ON, as one lock does: the writers
+    it joined, a wake-up it consumed there and its place among those who wait (the
+    group's own clean-up took two calls)."""
+    generator, _ = group_steps(blocking=True, deadline=time.monotonic() + 0.02)
+    generator.send([b"busy", 60_000, 1, b"1"])  # StartWait, among the writers of "job"
+    generator.send(None)  # AwaitWakeUp
+    time.sleep(0.03)
+    assert isinstance(generator.send(Wake.TIMER), CallEndingWait)  # re-check, past the deadline
+    op = generator.send(([b"busy", 60_000, 1, b"1"], True))  # still busy, and woken
+    assert op.script is PASS_ON
+    assert op.keys[0] == KEYS.lock
+    assert op.args == ("", Tuning().waiter_liveness_ms, "1", "", WAITER, WAITER)
+    assert finish(generator, DONE) == NotAcquired(60.0)
