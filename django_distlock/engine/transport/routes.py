@@ -26,7 +26,7 @@ import redis.client
 import redis.cluster
 import redis.retry
 from redis.backoff import NoBackoff
-from redis.exceptions import AskError, MaxConnectionsError, MovedError
+from redis.exceptions import AskError, ConnectionError, MaxConnectionsError, MovedError
 
 from ..tuning import Tuning
 from .requests import NotSent, aconnection, aexchange, exchange, pool_full
@@ -38,6 +38,7 @@ __all__ = [
     "AsyncServer",
     "ClusterRoutes",
     "LoopRoutes",
+    "NodeConnections",
     "Routes",
     "Server",
     "async_cluster_from",
@@ -219,13 +220,12 @@ class Server:
 
 class AsyncServer:
     """Async twin of :class:`Server`, for one event loop (the engine's pool has the
-    client's settings: the async driver bounds each read itself). ``owned`` pools (a
-    cluster node's, made by the engine) are closed with it."""
+    client's settings: the async driver bounds each read itself); ``requests`` is the
+    client's pool, or a cluster node's connections (:class:`NodeConnections`)."""
 
     __slots__ = (
         "__weakref__",
         "_own",
-        "_owned",
         "_peak",
         "_queued",
         "_waiting",
@@ -237,15 +237,12 @@ class AsyncServer:
     def __init__(
         self,
         name: str,
-        requests: redis.asyncio.ConnectionPool,
+        requests: redis.asyncio.ConnectionPool | NodeConnections,
         tuning: Tuning,
-        *,
-        owned: bool = False,
     ) -> None:
         self.name = name
         self.requests = requests
         self.tuning = tuning
-        self._owned = owned
         self._own: redis.asyncio.ConnectionPool | None = None
         self._waiting = 0
         self._peak = 0
@@ -333,11 +330,9 @@ class AsyncServer:
                 await pool.disconnect(inuse_connections=False)
 
     async def aclose(self) -> None:
-        """Close the engine's pool, and the request pool when the engine made it."""
+        """Close the engine's pool (``requests`` is its client's)."""
         if self._own is not None:
             await self._own.aclose()
-        if self._owned:
-            await self.requests.aclose()
 
 
 class Routes:
@@ -623,10 +618,63 @@ class ClusterRoutes(Routes):
             self._client = None
 
 
+class NodeConnections:
+    """A ``redis.asyncio.cluster.RedisCluster`` node's own connections, as the pool of an
+    :class:`AsyncServer`: the engine's requests to the node share the client's
+    connections and its ``max_connections`` (``ClusterNode.acquire_connection`` and
+    ``release``; the node is looked up by name each time, as a slot map refresh may
+    replace it)."""
+
+    __slots__ = ("_cluster", "name")
+
+    def __init__(self, cluster: redis.asyncio.cluster.RedisCluster, name: str) -> None:
+        self._cluster = cluster
+        self.name = name
+
+    def _node(self) -> Any:
+        node = self._cluster.get_node(node_name=self.name)
+        if node is None:
+            raise ConnectionError(f"{self.name} left the cluster")
+        return node
+
+    @property
+    def connection_class(self) -> Any:
+        return self._node().connection_class
+
+    @property
+    def connection_kwargs(self) -> dict[str, Any]:
+        return self._node().connection_kwargs
+
+    @property
+    def max_connections(self) -> int:
+        return int(self._node().max_connections)
+
+    async def get_connection(self) -> Any:
+        connection = self._node().acquire_connection()  # MaxConnectionsError at the cap
+        try:
+            if not connection.is_connected:
+                await connection.connect()
+        except BaseException:
+            await self.release(connection)
+            raise
+        return connection
+
+    async def release(self, connection: Any) -> None:
+        node = self._cluster.get_node(node_name=self.name)
+        if node is not None:
+            node.release(connection)
+
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        """Close the node's idle connections (in-use ones are the client's to close)."""
+        node = self._cluster.get_node(node_name=self.name)
+        if node is not None:
+            await node.disconnect_free_connections()
+
+
 class AsyncClusterRoutes(AsyncRoutes):
     """:class:`AsyncRoutes` of a Redis Cluster, on a ``redis.asyncio.cluster.RedisCluster``'s
-    slot map. Each node's requests go through a ``redis.asyncio.ConnectionPool`` made
-    from that node's connection class and settings."""
+    slot map. Each node's requests go through that node's own connections
+    (:class:`NodeConnections`)."""
 
     is_cluster = True
 
@@ -644,12 +692,8 @@ class AsyncClusterRoutes(AsyncRoutes):
     def _server(self, node: Any) -> AsyncServer:
         server = self._servers.get(node.name)
         if server is None:
-            pool = redis.asyncio.ConnectionPool(
-                connection_class=node.connection_class, **node.connection_kwargs
-            )
-            server = self._servers[node.name] = AsyncServer(
-                node.name, pool, self._tuning, owned=True
-            )
+            connections = NodeConnections(self._cluster, node.name)
+            server = self._servers[node.name] = AsyncServer(node.name, connections, self._tuning)
         return server
 
     def for_key(self, key: str) -> AsyncServer:

@@ -5,6 +5,7 @@ more."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from typing import Any
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 import redis
 import redis.asyncio
+import redis.asyncio.cluster
 
 from django_distlock.engine import Backend, Lock, LockBackendUnavailable, Tuning
 from tests.support.engine import HOST, close_backend
@@ -178,3 +180,49 @@ def test_a_request_gets_a_connection_the_application_gives_back(private_redis):
         timer.join()
         backend.close()
         client.close()
+
+
+async def test_async_cluster_requests_never_exceed_max_connections(cluster_setup):
+    # Each node's requests go through the client's own node connections, so the
+    # client's max_connections holds per node (the engine used to make uncapped pools).
+    name = "capped-async-cluster"
+    primary = cluster_setup.primaries[0]
+    client = redis.asyncio.cluster.RedisCluster(
+        host=HOST, port=primary.port, max_connections=CAP, client_name=name
+    )
+    backend = Backend(async_client=client, auto_renew=False)
+    failures: list[BaseException] = []
+    rounds = [0] * WORKERS
+    ends = time.monotonic() + RUN_FOR
+
+    async def work(i: int) -> None:
+        lock = Lock(f"own-{i}", backend=backend)
+        while time.monotonic() < ends:
+            try:
+                assert await lock.aacquire(blocking=False)
+                await lock.arelease()
+            except BaseException as exc:  # asserted below
+                failures.append(exc)
+                return
+            rounds[i] += 1
+
+    try:
+        # redis-py keeps the connection its seed node read the slot map on, outside the
+        # nodes' connections: counted before the run, not against the cap.
+        await client.initialize()
+        with contextlib.ExitStack() as stack:
+            nodes = [PeakConnections(node.port, name) for node in cluster_setup.primaries]
+            baseline = [node.count() for node in nodes]
+            for node in nodes:
+                stack.enter_context(node)
+            await asyncio.wait_for(asyncio.gather(*(work(i) for i in range(WORKERS))), 30)
+        assert failures == []
+        assert min(rounds) > 0, "every task got a connection in turn"
+        used = [node.peak - before for node, before in zip(nodes, baseline, strict=True)]
+        assert sum(used) > CAP, "the locks spread over the nodes"
+        for node, extra in zip(nodes, used, strict=True):
+            assert node.samples > 10
+            assert extra <= CAP, f"{extra} connections, max_connections={CAP}"
+    finally:
+        await close_backend(backend)
+        await client.aclose()

@@ -42,7 +42,6 @@ ASYNC_ONLY = {
 
 PARAMETERS_DIFFER = {
     "SyncDriver.__init__": "an async release runs uncancellable",
-    "Server.__init__": "an async cluster node's pool is the engine's own (owned)",
     "Routes.__init__": "an async client may be made per loop by the engine (owned)",
     "ClusterRoutes.__init__": "the sync cluster client is made on first use",
     "SyncDriver._scripts_on": "the async twin is bounded by the caller's asyncio.timeout",
