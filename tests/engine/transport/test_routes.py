@@ -93,12 +93,9 @@ def test_sync_requests_never_exceed_max_connections(private_redis):
         client.close()
 
 
-async def test_async_requests_never_exceed_max_connections(private_redis):
-    name = "capped-async"
-    client = redis.asyncio.Redis(
-        host=HOST, port=private_redis.port, max_connections=CAP, client_name=name
-    )
-    backend = Backend(async_client=client, auto_renew=False)
+async def lock_and_release(backend: Backend) -> tuple[list[int], list[BaseException]]:
+    """:data:`WORKERS` tasks, each taking and giving back a lock of its own for
+    :data:`RUN_FOR` seconds: the rounds each made, and what any of them raised."""
     failures: list[BaseException] = []
     rounds = [0] * WORKERS
     ends = time.monotonic() + RUN_FOR
@@ -109,14 +106,24 @@ async def test_async_requests_never_exceed_max_connections(private_redis):
             try:
                 assert await lock.aacquire(blocking=False)
                 await lock.arelease()
-            except BaseException as exc:  # asserted below
+            except BaseException as exc:  # asserted by the caller
                 failures.append(exc)
                 return
             rounds[i] += 1
 
+    await asyncio.wait_for(asyncio.gather(*(work(i) for i in range(WORKERS))), 30)
+    return rounds, failures
+
+
+async def test_async_requests_never_exceed_max_connections(private_redis):
+    name = "capped-async"
+    client = redis.asyncio.Redis(
+        host=HOST, port=private_redis.port, max_connections=CAP, client_name=name
+    )
+    backend = Backend(async_client=client, auto_renew=False)
     try:
         with PeakConnections(private_redis.port, name) as connections:
-            await asyncio.wait_for(asyncio.gather(*(work(i) for i in range(WORKERS))), 30)
+            rounds, failures = await lock_and_release(backend)
         assert failures == []
         assert min(rounds) > 0, "every task got a connection in turn"
         assert connections.samples > 10
@@ -191,21 +198,6 @@ async def test_async_cluster_requests_never_exceed_max_connections(cluster_setup
         host=HOST, port=primary.port, max_connections=CAP, client_name=name
     )
     backend = Backend(async_client=client, auto_renew=False)
-    failures: list[BaseException] = []
-    rounds = [0] * WORKERS
-    ends = time.monotonic() + RUN_FOR
-
-    async def work(i: int) -> None:
-        lock = Lock(f"own-{i}", backend=backend)
-        while time.monotonic() < ends:
-            try:
-                assert await lock.aacquire(blocking=False)
-                await lock.arelease()
-            except BaseException as exc:  # asserted below
-                failures.append(exc)
-                return
-            rounds[i] += 1
-
     try:
         # redis-py keeps the connection its seed node read the slot map on, outside the
         # nodes' connections: counted before the run, not against the cap.
@@ -215,7 +207,7 @@ async def test_async_cluster_requests_never_exceed_max_connections(cluster_setup
             baseline = [node.count() for node in nodes]
             for node in nodes:
                 stack.enter_context(node)
-            await asyncio.wait_for(asyncio.gather(*(work(i) for i in range(WORKERS))), 30)
+            rounds, failures = await lock_and_release(backend)
         assert failures == []
         assert min(rounds) > 0, "every task got a connection in turn"
         used = [node.peak - before for node, before in zip(nodes, baseline, strict=True)]
