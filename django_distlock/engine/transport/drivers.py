@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import Awaitable, Coroutine, Generator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -284,8 +285,11 @@ class SyncDriver:
         self._open_wait(self.backend.routes().for_key(op.keys[0]), self._blpop())
 
     def _blpop(self) -> Routing:
-        """The blocking wait on the keys of the wait at hand, as a request to route."""
-        return Routing(("BLPOP", *self._wait_keys, self.backend.tuning.server_wait))
+        """The blocking wait on the keys of the wait at hand, as a request to route. While
+        a migration splits its slot, a ``BLPOP`` of two lists (that exist only while they
+        hold a wake-up) is refused ``TRYAGAIN`` until the move ends: the wait's deadline
+        bounds that, not :data:`~.requests.TRYAGAIN_BUDGET` (the steps then re-check)."""
+        return Routing(("BLPOP", *self._wait_keys, self.backend.tuning.server_wait), math.inf)
 
     def _open_wait(self, server: Server, routing: Routing) -> None:
         connection = server.open_wait()
@@ -602,7 +606,7 @@ class AsyncDriver:
 
     def _blpop(self) -> Routing:
         """Twin of :meth:`SyncDriver._blpop`."""
-        return Routing(("BLPOP", *self._wait_keys, self.backend.tuning.server_wait))
+        return Routing(("BLPOP", *self._wait_keys, self.backend.tuning.server_wait), math.inf)
 
     async def _open_wait(self, server: AsyncServer, routing: Routing) -> None:
         connection = await server.open_wait()

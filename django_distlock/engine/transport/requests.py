@@ -317,12 +317,14 @@ class Redirect:
 class Routing:
     """One request on its way to the server that holds its key (a blocking wait's
     ``BLPOP`` as well): what to write next and what each refusal asks for. The sync and
-    async drivers add only the I/O."""
+    async drivers add only the I/O. ``budget``: seconds the request keeps being refused
+    for a migration (``TRYAGAIN``, paced ``ASK``) before it gives up."""
 
-    __slots__ = ("asking", "by_sha", "redirects", "request", "started")
+    __slots__ = ("asking", "budget", "by_sha", "redirects", "request", "started")
 
-    def __init__(self, request: Request) -> None:
+    def __init__(self, request: Request, budget: float = TRYAGAIN_BUDGET) -> None:
         self.request = request
+        self.budget = budget
         self.asking = False
         self.by_sha = True
         self.redirects = 0
@@ -367,7 +369,7 @@ class Routing:
         it cannot be ridden out.
 
         ``MOVED`` and ``ASK`` count against :data:`MAX_REDIRECTS`. ``TRYAGAIN`` is
-        bounded by time alone (:data:`TRYAGAIN_BUDGET` from the first try): a slot whose
+        bounded by time alone (``budget`` from the first try): a slot whose
         keys stay split for a second refuses some fifty paced tries, and the ``MOVED``
         that ends the migration must still be followed. A ``TRYAGAIN`` from the node an
         ``ASK`` sent us to is tried again there, still asking: without ``ASKING`` that
@@ -375,7 +377,7 @@ class Routing:
         the redirect limit gives up."""
         if not is_cluster or not isinstance(error, AskError | TryAgainError):
             raise error
-        within_budget = time.monotonic() - self.started < TRYAGAIN_BUDGET
+        within_budget = time.monotonic() - self.started < self.budget
         if isinstance(error, TryAgainError):
             if not within_budget:
                 raise error

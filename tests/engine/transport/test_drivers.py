@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import Coroutine
 from typing import Any
@@ -76,6 +77,17 @@ def test_ask_during_a_split_slot_is_followed_past_max_redirects_within_the_budge
     assert redirect_of(ask, MAX_REDIRECTS, started_long_ago) is None
     assert redirect_of(TryAgainError("TRYAGAIN"), 0, started_long_ago) is None
     assert redirect_of(TryAgainError("TRYAGAIN"), 0) == ("again", TRYAGAIN_DELAY)
+
+
+def test_a_wait_rides_tryagain_past_the_budget_of_a_request():
+    """A blocking wait's TRYAGAIN (a BLPOP of two lists on the importing node, until the
+    move ends) is bounded by the wait's own deadline, not TRYAGAIN_BUDGET."""
+    wait = Routing(("BLPOP", "wake", "signal", 30), math.inf)
+    wait.started = time.monotonic() - 10 * TRYAGAIN_BUDGET
+    wait.answer([AskError("1 127.0.0.1:7002")], is_cluster=True)
+    again = wait.answer([None, TryAgainError("TRYAGAIN")], is_cluster=True)
+    assert (again.kind, again.delay) == ("again", TRYAGAIN_DELAY)
+    assert wait.commands() == [("ASKING",), ("BLPOP", "wake", "signal", 30)]
 
 
 def test_a_tryagain_after_ask_is_tried_again_still_asking():
