@@ -1,6 +1,7 @@
 """Failures of real topologies the suite starts: a Redis Cluster slot migrating under
 contention (clients get ASK, MOVED and TRYAGAIN), a cluster primary crashing, and a
-Sentinel failover. Locks that were not lost must never be held twice."""
+Sentinel failover. Locks that were not lost must never be held twice; a waiter blocked
+on a node its slot leaves follows it."""
 
 from __future__ import annotations
 
@@ -9,13 +10,22 @@ import contextlib
 import threading
 import time
 
+import pytest
 import redis
 import redis.asyncio.sentinel
 import redis.sentinel
 from redis.crc import key_slot
 
-from django_distlock.engine import Backend, Lock, LockBackendUnavailable, LockKeys, LockLost
-from tests.support.engine import close_backend
+from django_distlock.engine import (
+    Backend,
+    Lock,
+    LockBackendUnavailable,
+    LockKeys,
+    LockLost,
+    Tuning,
+)
+from django_distlock.engine.transport.requests import TRYAGAIN_BUDGET
+from tests.support.engine import await_until, close_backend, thread_future
 
 PREFIX = "distlock:"
 
@@ -285,4 +295,75 @@ async def test_a_lock_rides_out_a_slot_migration_with_its_keys_split(api, privat
     assert 0.9 < took < 3.0
     with private_cluster.client() as probe:
         assert probe.exists(LockKeys.for_name(PREFIX, name).lock) == 0
+    await close_backend(backend)
+
+
+@pytest.mark.parametrize("fair", [True, False], ids=["fair", "unfair"])
+async def test_a_waiter_rides_its_slot_migrating_away_and_back(api, private_cluster, fair):
+    """A blocking wait follows redirects by the rules of every request (``Routing``).
+    When the slot leaves the node a ``BLPOP`` blocks on, that node ends it with ``MOVED``
+    and the wait is sent to the new owner. A wait sent again while its slot migrates
+    (here on the server's own timeout, ``Tuning.server_wait``) is answered ``ASK``; a fair
+    waiter's (one list) then blocks on the importing node, which takes it only with
+    ``ASKING``. An unfair waiter's ``BLPOP`` of two lists is refused ``TRYAGAIN`` there
+    until the move ends: that is bounded by the wait's deadline, not by the 3 s budget
+    of a request (it raised ``LockBackendUnavailable`` 3 s into a longer migration when
+    ``Tuning.wait_cap`` was above 3 s). Through both, the release wakes the waiter."""
+    # No re-check while the slot moves (a fair waiter keeps its place as long).
+    tuning = Tuning(wait_cap=20.0, waiter_liveness=30.0, server_wait=3.0)
+    backend = Backend(cluster=private_cluster.urls, tuning=tuning)
+    name = "riding"
+    slot = key_slot(LockKeys.for_name(PREFIX, name).lock.encode())
+    first = private_cluster.primary_for_slot(slot)
+    second = next(node for node in private_cluster.primaries if node is not first)
+    holder = Lock(name, backend=backend, timeout=30, auto_renew=False)
+    waiter = Lock(name, backend=backend, timeout=30, auto_renew=False, fair=fair)
+    assert await api.acquire(holder, blocking=False)
+
+    def blocked(node) -> int:
+        with node.client(socket_timeout=2) as client:
+            return int(client.info("clients")["blocked_clients"])
+
+    def acquired() -> tuple[bool, float]:  # released by the thread (or task) that holds it
+        took, at = waiter.acquire(blocking_timeout=20), time.monotonic()
+        if took:
+            waiter.release()
+        return took, at
+
+    async def aacquired() -> tuple[bool, float]:
+        took, at = await waiter.aacquire(blocking_timeout=20), time.monotonic()
+        if took:
+            await waiter.arelease()
+        return took, at
+
+    outcome = thread_future(acquired) if api.name == "sync" else asyncio.create_task(aacquired())
+    await await_until(lambda: blocked(first) == 1)
+    moved_before = first.error_count("MOVED")
+    away = private_cluster.begin_slot_migration(slot, second)
+    away.move_keys()
+    assert blocked(first) == 1  # the wait stays blocked where it was sent
+    await asyncio.to_thread(away.finish)
+    await await_until(lambda: blocked(second) == 1, within=2.0)
+    assert blocked(first) == 0
+    assert first.error_count("MOVED") > moved_before
+
+    asked_before = second.error_count("ASK")
+    back = private_cluster.begin_slot_migration(slot, first)
+    await await_until(lambda: second.error_count("ASK") > asked_before, within=5.0)
+    if fair:
+        await await_until(lambda: blocked(first) == 1, within=2.0)
+        assert blocked(second) == 0
+    else:
+        await asyncio.sleep(TRYAGAIN_BUDGET + 0.5)
+        assert first.error_count("TRYAGAIN") > 0
+        assert not outcome.done()
+    assert private_cluster.primary_for_slot(slot) is second  # first takes it by ASKING only
+    await asyncio.to_thread(back.finish)
+    await await_until(lambda: blocked(first) == 1, within=2.0)
+
+    released = time.monotonic()
+    await api.release(holder)
+    took, woken_at = await asyncio.wait_for(outcome, 10)
+    assert took is True
+    assert woken_at - released < 1.0  # woken by the release
     await close_backend(backend)

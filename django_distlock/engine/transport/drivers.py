@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import Awaitable, Coroutine, Generator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -39,11 +40,9 @@ from .requests import (
     Request,
     Routing,
     asend,
-    asking_after,
     by_server,
     commands_for,
     failure,
-    redirect_of,
     unavailable,
     woken_by,
 )
@@ -282,27 +281,30 @@ class SyncDriver:
         raise TypeError(f"unknown step {op!r}")  # pragma: no cover
 
     def _start_wait(self, op: StartWait) -> None:
-        self._open_wait(self.backend.routes().for_key(op.keys[0]), op.keys, asking=False)
+        self._wait_keys = op.keys
+        self._open_wait(self.backend.routes().for_key(op.keys[0]), self._blpop())
 
-    def _open_wait(self, server: Server, keys: tuple[str, ...], *, asking: bool) -> None:
+    def _blpop(self) -> Routing:
+        """The blocking wait on the keys of the wait at hand, as a request to route. While
+        a migration splits its slot, a ``BLPOP`` of two lists (that exist only while they
+        hold a wake-up) is refused ``TRYAGAIN`` until the move ends: the wait's deadline
+        bounds that, not :data:`~.requests.TRYAGAIN_BUDGET` (the steps then re-check)."""
+        return Routing(("BLPOP", *self._wait_keys, self.backend.tuning.server_wait), math.inf)
+
+    def _open_wait(self, server: Server, routing: Routing) -> None:
         connection = server.open_wait()
-        self._wait, self._wait_keys, self._woken_unseen = (server, connection), keys, False
-        blpop = ("BLPOP", *keys, self.backend.tuning.server_wait)
+        self._wait, self._woken_unseen = (server, connection), False
         try:
-            if asking:
-                connection.send_packed_command(connection.pack_commands([("ASKING",), blpop]))
-                connection.read_response()
-            else:
-                connection.send_command(*blpop)
+            connection.send_packed_command(connection.pack_commands(routing.commands()))
+            if routing.asking:
+                connection.read_response()  # ASKING's OK
         except BaseException:
             self._drop_wait()
             raise
 
     def _await_wait(self, op: AwaitWakeUp) -> Wake:
-        started = time.monotonic()
-        deadline = started + op.timeout
-        redirects = 0
-        asking = False
+        deadline = time.monotonic() + op.timeout
+        routing = self._blpop()  # what ends the wait is ridden out like any refusal
         while True:
             assert self._wait is not None
             server, connection = self._wait
@@ -313,22 +315,15 @@ class SyncDriver:
             except (ResponseError, ConnectionError) as exc:
                 if not (isinstance(exc, ResponseError) or interrupted(exc)):
                     raise
-                keys = self._wait_keys
                 self._finish_wait()
                 routes = self.backend.routes()
                 if interrupted(exc):
                     routes.reset_idle()
                     return Wake.INTERRUPTED
-                redirect = redirect_of(routes.is_cluster, exc, redirects, started)
-                if redirect is None:
-                    raise
-                kind, delay = redirect
-                server = routes.redirected(keys[0], server, exc, kind)
-                time.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))
-                asking = asking_after(kind, asking)
-                self._open_wait(server, keys, asking=asking)
-                if kind != "again":
-                    redirects += 1
+                redirect = routing.refused(exc, routes.is_cluster)
+                server = routes.redirected(self._wait_keys[0], server, exc, redirect.kind)
+                time.sleep(min(redirect.delay, max(deadline - time.monotonic(), 0.0)))
+                self._open_wait(server, routing)
                 continue
             if woken_by(reply):
                 self._woken_unseen = True  # until the steps get WOKEN (run() clears it)
@@ -336,7 +331,7 @@ class SyncDriver:
                 return Wake.WOKEN
             # A mark left by an earlier wait, or the server's own timeout: wait on.
             self._finish_wait()
-            self._open_wait(server, self._wait_keys, asking=asking)
+            self._open_wait(server, routing)
 
     def _call_ending_wait(self, op: CallEndingWait) -> tuple[Any, bool]:
         if self._wait is None:
@@ -605,32 +600,33 @@ class AsyncDriver:
         raise TypeError(f"unknown step {op!r}")  # pragma: no cover
 
     async def _start_wait(self, op: StartWait) -> None:
+        self._wait_keys = op.keys
         routes = await self.backend.aroutes()
-        await self._open_wait(routes.for_key(op.keys[0]), op.keys, asking=False)
+        await self._open_wait(routes.for_key(op.keys[0]), self._blpop())
 
-    async def _open_wait(self, server: AsyncServer, keys: tuple[str, ...], *, asking: bool) -> None:
+    def _blpop(self) -> Routing:
+        """Twin of :meth:`SyncDriver._blpop`."""
+        return Routing(("BLPOP", *self._wait_keys, self.backend.tuning.server_wait), math.inf)
+
+    async def _open_wait(self, server: AsyncServer, routing: Routing) -> None:
         connection = await server.open_wait()
-        self._wait, self._wait_keys, self._woken_unseen = (server, connection), keys, False
-        server_wait = self.backend.tuning.server_wait
-        blpop = ("BLPOP", *keys, server_wait)
+        self._wait, self._woken_unseen = (server, connection), False
         try:
-            await asend(connection, [("ASKING",), blpop] if asking else [blpop])
-            if asking:
-                await connection.read_response()
+            await asend(connection, routing.commands())
+            if routing.asking:
+                await connection.read_response()  # ASKING's OK
         except BaseException:
             self._drop_wait()
             raise
         # Read in a task of its own: waiting for it may time out or be cancelled without
         # cutting a reply in half.
         self._read = asyncio.ensure_future(
-            connection.read_response(timeout=server_wait + _WAIT_READ_MARGIN)
+            connection.read_response(timeout=self.backend.tuning.server_wait + _WAIT_READ_MARGIN)
         )
 
     async def _await_wait(self, op: AwaitWakeUp) -> Wake:
-        started = time.monotonic()
-        deadline = started + op.timeout
-        redirects = 0
-        asking = False
+        deadline = time.monotonic() + op.timeout
+        routing = self._blpop()
         task, requested = cancellations()
         while True:
             keep_cancellation(task, requested)  # lost as the wait was sent again
@@ -646,29 +642,22 @@ class AsyncDriver:
             except (ResponseError, ConnectionError) as exc:
                 if not (isinstance(exc, ResponseError) or interrupted(exc)):
                     raise
-                keys = self._wait_keys
                 await self._finish_wait()
                 routes = await self.backend.aroutes()
                 if interrupted(exc):
                     await routes.reset_idle()
                     return Wake.INTERRUPTED
-                redirect = redirect_of(routes.is_cluster, exc, redirects, started)
-                if redirect is None:
-                    raise
-                kind, delay = redirect
-                server = await routes.redirected(keys[0], server, exc, kind)
-                await asyncio.sleep(min(delay, max(deadline - time.monotonic(), 0.0)))
-                asking = asking_after(kind, asking)
-                await self._open_wait(server, keys, asking=asking)
-                if kind != "again":
-                    redirects += 1
+                redirect = routing.refused(exc, routes.is_cluster)
+                server = await routes.redirected(self._wait_keys[0], server, exc, redirect.kind)
+                await asyncio.sleep(min(redirect.delay, max(deadline - time.monotonic(), 0.0)))
+                await self._open_wait(server, routing)
                 continue
             if woken_by(reply):
                 self._woken_unseen = True  # until the steps get WOKEN (run() clears it)
                 await self._finish_wait()
                 return Wake.WOKEN
             await self._finish_wait()  # a leftover end mark, or the server's own timeout
-            await self._open_wait(server, self._wait_keys, asking=asking)
+            await self._open_wait(server, routing)
 
     async def _call_ending_wait(self, op: CallEndingWait) -> tuple[Any, bool]:
         read = self._read

@@ -1,7 +1,7 @@
 """What every request to Redis shares, sync or async: the rule that keeps each reply
 with the request that asked for it (:func:`exchange`), what a request writes, what a
-cluster's refusal asks for (:func:`redirect_of`), and which errors reach callers as
-which :class:`LockError`.
+cluster's refusal asks for (:class:`Routing`, blocking waits included), and which errors
+reach callers as which :class:`LockError`.
 
 One rule makes every reply the answer to the request that asked for it: a connection
 goes back to its pool only once every reply to what was written on it has been read
@@ -53,13 +53,11 @@ __all__ = [
     "aexchange",
     "answer_of",
     "asend",
-    "asking_after",
     "by_server",
     "commands_for",
     "exchange",
     "failure",
     "pool_full",
-    "redirect_of",
     "unavailable",
     "woken_by",
 ]
@@ -272,44 +270,6 @@ async def aexchange(pool: Any, commands: Sequence[Sequence[Any]]) -> list[Any]:
     return replies
 
 
-def redirect_of(
-    is_cluster: bool, error: BaseException, redirects: int, started: float
-) -> tuple[str, float] | None:
-    """What to do with ``error``, a cluster's refusal of a request first sent at monotonic
-    time ``started`` (``redirects`` counts the ``MOVED`` and ``ASK`` redirects followed
-    so far): ``("moved" | "ask" | "again", delay in seconds)``, or ``None`` to give up
-    and raise it. ``TRYAGAIN`` is bounded by time alone (:data:`TRYAGAIN_BUDGET`), not
-    counted: a slot whose keys stay split for a second refuses some fifty paced tries,
-    and the ``MOVED`` that ends the migration must still be followed."""
-    if not is_cluster:
-        return None
-    if isinstance(error, TryAgainError):
-        if time.monotonic() - started >= TRYAGAIN_BUDGET:
-            return None
-        return "again", TRYAGAIN_DELAY
-    if isinstance(error, MovedError):  # before AskError: redis-py derives it from AskError
-        return ("moved", 0.0) if redirects < MAX_REDIRECTS else None
-    if isinstance(error, AskError):
-        # While a migration has a slot's keys split, the source answers ASK and the target
-        # TRYAGAIN, in turn: past MAX_REDIRECTS that is a wait for the move, paced and
-        # bounded like TRYAGAIN.
-        if redirects < MAX_REDIRECTS:
-            return "ask", 0.0
-        if time.monotonic() - started >= TRYAGAIN_BUDGET:
-            return None
-        return "ask", TRYAGAIN_DELAY
-    return None
-
-
-def asking_after(kind: str, asking: bool) -> bool:
-    """Whether the next try of a request redirected as ``kind`` (:func:`redirect_of`)
-    goes with ``ASKING``, ``asking`` saying whether the last one did. A ``TRYAGAIN`` from
-    the node an ``ASK`` sent us to (a migrating slot whose keys are split) is tried again
-    there, still asking: without ``ASKING`` that node answers ``MOVED``, back to the
-    source, which answers ``ASK`` again, until the redirect limit gives up."""
-    return kind == "ask" or (kind == "again" and asking)
-
-
 Request = Call | tuple[Any, ...]
 """A script call, or a plain command."""
 
@@ -355,13 +315,16 @@ class Redirect:
 
 
 class Routing:
-    """One request on its way to the server that holds its key: what to write next and
-    what each refusal asks for. The sync and async drivers add only the I/O."""
+    """One request on its way to the server that holds its key (a blocking wait's
+    ``BLPOP`` as well): what to write next and what each refusal asks for. The sync and
+    async drivers add only the I/O. ``budget``: seconds the request keeps being refused
+    for a migration (``TRYAGAIN``, paced ``ASK``) before it gives up."""
 
-    __slots__ = ("asking", "by_sha", "redirects", "request", "started")
+    __slots__ = ("asking", "budget", "by_sha", "redirects", "request", "started")
 
-    def __init__(self, request: Request) -> None:
+    def __init__(self, request: Request, budget: float = TRYAGAIN_BUDGET) -> None:
         self.request = request
+        self.budget = budget
         self.asking = False
         self.by_sha = True
         self.redirects = 0
@@ -398,14 +361,40 @@ class Routing:
         if self.by_sha and isinstance(answer, NoScriptError):
             self.by_sha = False
             return Redirect("noscript", answer)
-        redirect = redirect_of(is_cluster, answer, self.redirects, self.started)
-        if redirect is None:
-            raise answer
-        kind, delay = redirect
-        self.asking = asking_after(kind, self.asking)
-        if kind != "again":
-            self.redirects += 1
-        return Redirect(kind, answer, delay)
+        return self.refused(answer, is_cluster)
+
+    def refused(self, error: ResponseError, is_cluster: bool) -> Redirect:
+        """The :class:`Redirect` that rides out ``error``, a cluster's refusal of a try
+        (the answer to a request, or what ended a blocking wait); raises ``error`` when
+        it cannot be ridden out.
+
+        ``MOVED`` and ``ASK`` count against :data:`MAX_REDIRECTS`. ``TRYAGAIN`` is
+        bounded by time alone (``budget`` from the first try): a slot whose
+        keys stay split for a second refuses some fifty paced tries, and the ``MOVED``
+        that ends the migration must still be followed. A ``TRYAGAIN`` from the node an
+        ``ASK`` sent us to is tried again there, still asking: without ``ASKING`` that
+        node answers ``MOVED``, back to the source, which answers ``ASK`` again, until
+        the redirect limit gives up."""
+        if not is_cluster or not isinstance(error, AskError | TryAgainError):
+            raise error
+        within_budget = time.monotonic() - self.started < self.budget
+        if isinstance(error, TryAgainError):
+            if not within_budget:
+                raise error
+            return Redirect("again", error, TRYAGAIN_DELAY)
+        moved = isinstance(error, MovedError)  # redis-py derives MovedError from AskError
+        if self.redirects < MAX_REDIRECTS:
+            delay = 0.0
+        elif moved or not within_budget:
+            raise error
+        else:
+            # While a migration has a slot's keys split, the source answers ASK and the
+            # target TRYAGAIN, in turn: past MAX_REDIRECTS that is a wait for the move,
+            # paced and bounded like TRYAGAIN.
+            delay = TRYAGAIN_DELAY
+        self.redirects += 1
+        self.asking = not moved
+        return Redirect("moved" if moved else "ask", error, delay)
 
 
 def woken_by(answer: Any) -> bool:

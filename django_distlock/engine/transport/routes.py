@@ -370,7 +370,7 @@ class Routes:
 
     def redirected(self, key: str, server: Server, error: Any, kind: str) -> Server:
         """Where a request on ``key`` goes after ``server`` refused it with ``error``, a
-        redirect of ``kind`` (:func:`~.requests.redirect_of`): ``"moved"`` (the slot map
+        redirect of ``kind`` (:meth:`~.requests.Routing.refused`): ``"moved"`` (the slot map
         is updated), ``"ask"`` (that one request only) or ``"again"`` (the same server)."""
         if kind == "moved":
             self.moved(error)

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import Coroutine
 from typing import Any
 
 import pytest
 import redis
-from redis.exceptions import AskError, ConnectionError, MovedError, ReadOnlyError, TryAgainError
+from redis.exceptions import (
+    AskError,
+    ConnectionError,
+    MovedError,
+    ReadOnlyError,
+    ResponseError,
+    TryAgainError,
+)
 
 from django_distlock.engine import Backend, Lock, LockBackendError, LockBackendUnavailable, Tuning
 from django_distlock.engine.protocol.ops import AwaitWakeUp, Call, Pause, StartWait
@@ -23,7 +31,6 @@ from django_distlock.engine.transport.requests import (
     TRYAGAIN_BUDGET,
     TRYAGAIN_DELAY,
     Routing,
-    redirect_of,
 )
 from django_distlock.engine.transport.routes import AsyncServer
 from tests.support.engine import (
@@ -41,20 +48,46 @@ from tests.support.probe import single_server_only
 # -- cluster redirects (decided from the error replies alone) ------------------------
 
 
+def redirect_of(
+    error: Exception, redirects: int = 0, started: float | None = None, is_cluster: bool = True
+) -> tuple[str, float] | None:
+    """What a request that followed ``redirects`` redirects since monotonic ``started``
+    does with the refusal ``error``: ``(kind, delay)``, or ``None`` when it gives up
+    (``Routing.refused`` raises ``error``)."""
+    routing = Routing(("GET", "k"))
+    routing.redirects = redirects
+    routing.started = time.monotonic() if started is None else started
+    try:
+        redirect = routing.refused(error, is_cluster)
+    except type(error) as raised:
+        if raised is not error:
+            raise
+        return None
+    return redirect.kind, redirect.delay
+
+
 def test_ask_during_a_split_slot_is_followed_past_max_redirects_within_the_budget():
     # A migration with a slot's keys split: the source answers ASK, the target TRYAGAIN,
     # in turn. Past MAX_REDIRECTS the ASKs are paced like TRYAGAIN (regression: the lock
     # failed after 16 quick turns, about 0.35 s into a move).
     ask = AskError("9539 127.0.0.1:7001")
-    assert redirect_of(True, ask, 0, time.monotonic()) == ("ask", 0.0)
-    assert redirect_of(True, ask, MAX_REDIRECTS, time.monotonic()) == ("ask", TRYAGAIN_DELAY)
+    assert redirect_of(ask, 0) == ("ask", 0.0)
+    assert redirect_of(ask, MAX_REDIRECTS) == ("ask", TRYAGAIN_DELAY)
     started_long_ago = time.monotonic() - TRYAGAIN_BUDGET
-    assert redirect_of(True, ask, MAX_REDIRECTS, started_long_ago) is None
-    assert redirect_of(True, TryAgainError("TRYAGAIN"), 0, started_long_ago) is None
-    assert redirect_of(True, TryAgainError("TRYAGAIN"), 0, time.monotonic()) == (
-        "again",
-        TRYAGAIN_DELAY,
-    )
+    assert redirect_of(ask, MAX_REDIRECTS, started_long_ago) is None
+    assert redirect_of(TryAgainError("TRYAGAIN"), 0, started_long_ago) is None
+    assert redirect_of(TryAgainError("TRYAGAIN"), 0) == ("again", TRYAGAIN_DELAY)
+
+
+def test_a_wait_rides_tryagain_past_the_budget_of_a_request():
+    """A blocking wait's TRYAGAIN (a BLPOP of two lists on the importing node, until the
+    move ends) is bounded by the wait's own deadline, not TRYAGAIN_BUDGET."""
+    wait = Routing(("BLPOP", "wake", "signal", 30), math.inf)
+    wait.started = time.monotonic() - 10 * TRYAGAIN_BUDGET
+    wait.answer([AskError("1 127.0.0.1:7002")], is_cluster=True)
+    again = wait.answer([None, TryAgainError("TRYAGAIN")], is_cluster=True)
+    assert (again.kind, again.delay) == ("again", TRYAGAIN_DELAY)
+    assert wait.commands() == [("ASKING",), ("BLPOP", "wake", "signal", 30)]
 
 
 def test_a_tryagain_after_ask_is_tried_again_still_asking():
@@ -82,12 +115,13 @@ def test_tryagain_uses_up_no_redirect():
 
 def test_moved_still_stops_at_max_redirects():
     moved = MovedError("9539 127.0.0.1:7002")  # a subclass of AskError in redis-py
-    assert redirect_of(True, moved, MAX_REDIRECTS - 1, time.monotonic()) == ("moved", 0.0)
-    assert redirect_of(True, moved, MAX_REDIRECTS, time.monotonic()) is None
+    assert redirect_of(moved, MAX_REDIRECTS - 1) == ("moved", 0.0)
+    assert redirect_of(moved, MAX_REDIRECTS) is None
 
 
 def test_a_single_server_follows_no_redirect():
-    assert redirect_of(False, MovedError("1 127.0.0.1:7002"), 0, time.monotonic()) is None
+    assert redirect_of(MovedError("1 127.0.0.1:7002"), is_cluster=False) is None
+    assert redirect_of(ResponseError("WRONGTYPE Operation against a key")) is None
 
 
 def _refused_by_a_demoted_primary() -> ConnectionError:
@@ -413,9 +447,9 @@ async def test_a_cancellation_the_client_lost_as_a_wait_was_sent_again_ends_the_
     reopening = asyncio.Event()
     open_wait = AsyncDriver._open_wait
 
-    async def losing_open_wait(self: AsyncDriver, server, keys, *, asking: bool) -> None:
+    async def losing_open_wait(self: AsyncDriver, server, routing) -> None:
         nonlocal opened
-        await open_wait(self, server, keys, asking=asking)
+        await open_wait(self, server, routing)
         opened += 1
         if opened == 2:
             await _lose_a_cancellation(reopening)
