@@ -631,8 +631,12 @@ class NodeConnections:
         self._cluster = cluster
         self.name = name
 
+    def _found(self) -> Any:
+        """The node now, or ``None`` once it left the cluster."""
+        return self._cluster.get_node(node_name=self.name)
+
     def _node(self) -> Any:
-        node = self._cluster.get_node(node_name=self.name)
+        node = self._found()
         if node is None:
             raise ConnectionError(f"{self.name} left the cluster")
         return node
@@ -660,13 +664,17 @@ class NodeConnections:
         return connection
 
     async def release(self, connection: Any) -> None:
-        node = self._cluster.get_node(node_name=self.name)
-        if node is not None:
+        """Give ``connection`` back to its node; closed instead when the node left the
+        cluster meanwhile (nothing would close it then)."""
+        node = self._found()
+        if node is None:
+            await connection.disconnect()
+        else:
             node.release(connection)
 
     async def disconnect(self, inuse_connections: bool = True) -> None:
         """Close the node's idle connections (in-use ones are the client's to close)."""
-        node = self._cluster.get_node(node_name=self.name)
+        node = self._found()
         if node is not None:
             await node.disconnect_free_connections()
 

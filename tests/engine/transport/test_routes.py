@@ -16,6 +16,7 @@ import redis.asyncio
 import redis.asyncio.cluster
 
 from django_distlock.engine import Backend, Lock, LockBackendUnavailable, Tuning
+from django_distlock.engine.transport.routes import NodeConnections
 from tests.support.engine import HOST, close_backend
 
 CAP = 4
@@ -218,3 +219,28 @@ async def test_async_cluster_requests_never_exceed_max_connections(cluster_setup
     finally:
         await close_backend(backend)
         await client.aclose()
+
+
+class _GoneCluster:
+    """A cluster client whose node ``gone`` left the slot map."""
+
+    def get_node(self, node_name: str) -> None:
+        return None
+
+
+class _Connection:
+    def __init__(self) -> None:
+        self.disconnected = False
+
+    async def disconnect(self) -> None:
+        self.disconnected = True
+
+
+async def test_a_connection_of_a_node_that_left_the_cluster_is_closed_not_leaked():
+    connections = NodeConnections(_GoneCluster(), "gone")  # type: ignore[arg-type]
+    connection = _Connection()
+    await connections.release(connection)
+    assert connection.disconnected
+    await connections.disconnect(inuse_connections=False)  # nothing left to close: no error
+    with pytest.raises(redis.exceptions.ConnectionError, match="gone left the cluster"):
+        await connections.get_connection()
