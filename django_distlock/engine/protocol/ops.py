@@ -141,7 +141,10 @@ def demoted(error: BaseException) -> bool:
 
 def interrupted(error: BaseException) -> bool:
     """True for a blocked command ended by the server changing role (``UNBLOCKED``: a
-    planned failover demoting the primary), or refused because it did (:func:`demoted`)."""
+    planned failover demoting the primary), or refused because it did (:func:`demoted`).
+    redis-py 8.2's Sentinel connections raise ``ConnectionError`` ("The previous master is
+    now a slave") from the ``UNBLOCKED`` reply; earlier versions raise the reply."""
     if demoted(error):
         return True
-    return isinstance(error, ResponseError) and str(error).startswith("UNBLOCKED")
+    reply = error.__context__ if isinstance(error, ConnectionError) else error
+    return isinstance(reply, ResponseError) and str(reply).startswith("UNBLOCKED")
