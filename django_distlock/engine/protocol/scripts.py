@@ -53,6 +53,7 @@ __all__ = [
     "QUEUE_HEAD",
     "RELEASE",
     "RUN_ATTEMPT",
+    "TAKEN",
     "TAKE_TURN",
     "TTL",
     "WAKE",
@@ -242,6 +243,24 @@ def take_if_free(obstacle: str) -> str:
     ).replace("OBSTACLE", obstacle)
 
 
+# An exclusive lock just stored (needs `lease_ms`, `fence`, `now`, `now_ms`, `now_us`,
+# `waiter`): indexed for the listing, the caller off those who wait, and the answer.
+TAKEN = r"""
+    -- Entries of locks that expired without a release go at one acquire in 16 (by the
+    -- clock's microseconds) and at every listing, which skips them meanwhile: a bucket
+    -- keeps them a few acquires longer, the common acquire runs a command less.
+    if tonumber(now[2]) % 16 == 0 then
+      redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. string.format('%.0f', now_ms))
+    end
+    redis.call('ZADD', KEYS[4], now_ms + lease_ms, ARGV[4])
+    if ARGV[10] then
+      redis.call('ZREM', KEYS[3], waiter)
+      if ARGV[10] == 'writer' then redis.call('ZREM', KEYS[10], waiter) end
+    end
+    if fence == now_us then return 'taken ' .. fence end
+    return 'taken ' .. fence .. ' ' .. now_us"""
+
+
 # Runs the including script's `attempt()`, then ends the caller's wait (END_WAIT) after
 # whatever the attempt cleared, and returns the attempt's answer.
 RUN_ATTEMPT = "\nlocal result = attempt()\n" + END_WAIT + "\nreturn result\n"
@@ -274,14 +293,41 @@ local liveness_ms = ARGV[7]
 local function attempt()
   local pttl = -2
   local shared_by = false
-  local value = redis.pcall('GET', KEYS[1])
+  local waiter = ARGV[6]
+  local fair = ARGV[8] == '1'"""
+    + NOW
+    + r"""
+  -- The lock's value while we hold it with `fence`.
+  local function ours(fence)
+    return ARGV[1] .. '\n' .. fence .. '\n' .. now_us .. '\n' .. ARGV[2] .. '\n' .. ARGV[3]
+  end
+  local value
+  if fair then
+    value = redis.pcall('GET', KEYS[1])
+  else
+    -- Taken at once if free, with the clock as its fence (the usual case); busy, the
+    -- reply is what GET would read. pcall: SET refuses a sorted set (held shared).
+    value = redis.pcall('SET', KEYS[1], ours(now_us), 'NX', 'GET', 'PX', ARGV[2])
+    if type(value) == 'table' and string.sub(value.err, 1, 9) ~= 'WRONGTYPE' then
+      -- Refused as a write (out of memory, a demoted primary) whether or not it would
+      -- have written: read instead, so that a busy lock answers busy as it would.
+      value = redis.pcall('GET', KEYS[1])
+    elseif not value then
+      local lease_ms = tonumber(ARGV[2])"""
+    + NEXT_FENCE
+    + r"""
+      if fence ~= now_us then
+        redis.call('SET', KEYS[1], ours(fence), 'PX', lease_ms)
+      end"""
+    + TAKEN
+    + r"""
+    end
+  end
   if type(value) == 'table' then
     -- A sorted set: the lock is held shared (we wait for its holders, as a writer whom
     -- new shared holders let go first) or limited (another kind: refused).
     local held_as = redis.call('HGET', KEYS[9], '#kind')
-    if held_as and held_as ~= 'shared' then return {'kind', held_as} end"""
-    + NOW
-    + r"""
+    if held_as and held_as ~= 'shared' then return {'kind', held_as} end
     local held = 0"""
     + PRUNE_HOLDERS
     + r"""
@@ -298,29 +344,13 @@ local function attempt()
     end
     pttl = redis.call('PTTL', KEYS[1])
   end
-  local waiter = ARGV[6]
-  local fair = ARGV[8] == '1'
   if pttl ~= -2 and waiter == '' then return {'busy', pttl, ''} end
 """
-    + NOW
     + take_if_free("pttl")
     + r"""
-    redis.call('SET', KEYS[1],
-      ARGV[1] .. '\n' .. fence .. '\n' .. now_us .. '\n' .. ARGV[2] .. '\n' .. ARGV[3],
-      'PX', lease_ms)
-    -- Entries of locks that expired without a release go at one acquire in 16 (by the
-    -- clock's microseconds) and at every listing, which skips them meanwhile: a bucket
-    -- keeps them a few acquires longer, the common acquire runs a command less.
-    if tonumber(now[2]) % 16 == 0 then
-      redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', '(' .. string.format('%.0f', now_ms))
-    end
-    redis.call('ZADD', KEYS[4], now_ms + lease_ms, ARGV[4])
-    if ARGV[10] then
-      redis.call('ZREM', KEYS[3], waiter)
-      if ARGV[10] == 'writer' then redis.call('ZREM', KEYS[10], waiter) end
-    end
-    if fence == now_us then return 'taken ' .. fence end
-    return 'taken ' .. fence .. ' ' .. now_us
+    redis.call('SET', KEYS[1], ours(fence), 'PX', lease_ms)"""
+    + TAKEN
+    + r"""
   end
   local wait_ms = pttl
   local writer = ''

@@ -6,6 +6,7 @@ import hashlib
 import re
 
 import pytest
+import redis
 
 from django_distlock.engine import LockKeys
 from django_distlock.engine.protocol.scripts import (
@@ -24,6 +25,7 @@ from django_distlock.engine.protocol.scripts import (
     WAKE,
 )
 from tests.support.engine import server_time_us
+from tests.support.probe import single_server_only
 
 SCRIPTS = [
     ACQUIRE,
@@ -154,6 +156,20 @@ def test_a_fresh_acquire_answers_its_fence_alone_when_it_is_the_acquisition_time
     tag, fence, at = reply.split()
     assert tag == b"taken"
     assert int(fence) == int(redis_client.get(KEYS.fence)) > int(at)
+    assert redis_client.get(KEYS.lock).split(b"\n")[1:3] == [fence, at]  # stored as answered
+
+
+@pytest.mark.parametrize("fair", ["0", "1"])
+def test_an_attempt_on_a_busy_lock_changes_neither_the_lock_nor_its_fence(redis_client, fair):
+    hold(redis_client, "holder", 4_000)
+    redis_client.set(KEYS.fence, 7)
+    reply = redis_client.eval(
+        ACQUIRE.source, 10, *KEYS.all(), "newcomer", 1000, "{}", "raw", 60_000, "", 3000, fair, ""
+    )
+    assert reply[0] == b"busy"
+    assert redis_client.get(KEYS.lock) == b"holder\n1\n1\n4000\n{}"
+    assert redis_client.get(KEYS.fence) == b"7"
+    assert redis_client.ttl(KEYS.fence) == -1
 
 
 def test_a_retried_acquire_recognises_its_own_token(redis_client):
@@ -270,3 +286,26 @@ def test_list_index_reads_the_holds_index_in_the_same_call(redis_client):
     assert redis_client.zscore(index, "dead") is None
     assert run("*", keys=(index,))[2] == b""
     assert run("#", keys=(index,))[2] == 0
+
+
+@single_server_only  # the other topologies' primaries have replicas: writes are allowed
+def test_a_server_refusing_writes_still_answers_busy_for_a_held_lock(redis_client):
+    """An unfair acquire takes a free lock with ``SET NX GET``, a write: a server that
+    refuses writes (here: no replica for ``min-replicas-to-write``) must still answer
+    "busy" for a held lock, as a read would, and refuse taking a free one."""
+    hold(redis_client, "holder", 4_000)
+    args = ("newcomer", 1000, "{}", "raw", 60_000, "", 3000, "0", "")
+    for held in (True, False):
+        if not held:
+            redis_client.delete(KEYS.lock)
+        redis_client.config_set("min-replicas-to-write", 1)
+        try:
+            if held:
+                reply = redis_client.eval(ACQUIRE.source, 10, *KEYS.all(), *args)
+                assert reply[0] == b"busy"
+            else:
+                with pytest.raises(redis.ResponseError, match="NOREPLICAS"):
+                    redis_client.eval(ACQUIRE.source, 10, *KEYS.all(), *args)
+        finally:
+            redis_client.config_set("min-replicas-to-write", 0)
+    assert redis_client.exists(KEYS.lock) == 0
