@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import redis
 from django.core.cache import cache
@@ -10,7 +12,7 @@ from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.test import override_settings
 
-from django_distlock import distlock
+from django_distlock import LockLost, distlock
 from django_distlock.checks import check_eviction_policy, check_redis_answers, check_settings
 from tests.support import REPO_ROOT
 from tests.support.engine import lock_key
@@ -303,7 +305,11 @@ def test_an_evicting_cache_server_drops_a_held_lock_and_w002_says_so(redis_serve
         second = distlock("invoice:42", blocking=False)
         assert second.acquire()
         assert (first.held, second.held) == (True, True)  # two owners at once
-        second.release()
+        # The server is still at maxmemory: the release's own eviction may take the second
+        # lock too (keys written in the same second tie in LRU age). Either way it ends.
+        with contextlib.suppress(LockLost):
+            second.release()
+        assert not second.held
         [warning] = distlock_messages(deploy=True)
         assert distlock_messages(deploy=False) == []
     client.close()
