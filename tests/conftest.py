@@ -44,7 +44,7 @@ from tests.settings import REDIS_URL_ENV_VAR
 from tests.support import server_facing
 from tests.support.events import events_mode
 from tests.support.forking import ForkedChild, fork_child
-from tests.support.hygiene import release_left_holds
+from tests.support.hygiene import release_left_holds, wait_for_loss_reports
 from tests.support.postgres_servers import django_db_modify_db_settings, postgres_server  # noqa: F401
 from tests.support.probe import SINGLE, Topology, topology_of
 from tests.support.proxy import TcpProxy
@@ -121,6 +121,7 @@ def _no_lock_left_held() -> Iterator[None]:
     ``tests/support/hygiene.py``."""
     yield
     left = release_left_holds()
+    assert wait_for_loss_reports(), "the loss reports the test queued did not run within 10 s"
     assert not left, f"the test left locks held: {', '.join(left)}"
 
 

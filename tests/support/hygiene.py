@@ -9,6 +9,12 @@ force release in the test, the next test's flush). Either way a later test sees 
 ``lost`` event, a WARNING or a script call it did not cause (CI once failed on a
 ``lost`` row of lock "job" written into a later test's database). The suite therefore
 fails the test that leaves one (and releases it at once, so the damage stays there).
+
+Loss reports a test's holds queued on the notifier thread run before the next test
+starts (:func:`wait_for_loss_reports`): a report reads the settings of the moment, and one
+run during a later test that records events (``EVENTS`` ``"sync"``) wrote its ``lost`` row
+there, committed by the notifier thread's own connection (CI once failed 11 admin event
+tests on a ``lost`` row of "kinds:limited", a lock a force-release test had let go).
 """
 
 from __future__ import annotations
@@ -36,6 +42,15 @@ def _watched() -> list[Hold]:
     unique = {id(entry[-1]): entry[-1] for entry in entries}
     generation = process.generation()
     return [hold for hold in unique.values() if not settled(hold) and hold.generation == generation]
+
+
+def wait_for_loss_reports(timeout: float = 10.0) -> bool:
+    """Wait until the loss reports queued so far have run (at once if the notifier thread
+    never started); ``False`` if they had not within ``timeout`` seconds."""
+    notifier = watchdog.notifier()
+    if not notifier._worker.started:
+        return True
+    return notifier.wait_for_reports(timeout)
 
 
 def release_left_holds() -> list[str]:
