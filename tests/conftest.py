@@ -121,8 +121,9 @@ def _no_lock_left_held() -> Iterator[None]:
     ``tests/support/hygiene.py``."""
     yield
     left = release_left_holds()
-    assert wait_for_loss_reports(), "the loss reports the test queued did not run within 10 s"
+    reported = wait_for_loss_reports()
     assert not left, f"the test left locks held: {', '.join(left)}"
+    assert reported, "the loss reports the test queued did not run within 10 s"
 
 
 @pytest.fixture(scope="session")

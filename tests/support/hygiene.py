@@ -45,12 +45,9 @@ def _watched() -> list[Hold]:
 
 
 def wait_for_loss_reports(timeout: float = 10.0) -> bool:
-    """Wait until the loss reports queued so far have run (at once if the notifier thread
-    never started); ``False`` if they had not within ``timeout`` seconds."""
-    notifier = watchdog.notifier()
-    if not notifier._worker.started:
-        return True
-    return notifier.wait_for_reports(timeout)
+    """Wait until the loss reports queued so far have run; ``False`` if they had not
+    within ``timeout`` seconds."""
+    return watchdog.notifier().wait_for_reports(timeout)
 
 
 def release_left_holds() -> list[str]:

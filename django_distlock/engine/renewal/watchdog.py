@@ -97,7 +97,10 @@ class Notifier:
 
     def wait_for_reports(self, timeout: float) -> bool:
         """Wait until every report submitted so far has run (they run in order); ``False``
-        if they had not within ``timeout`` seconds."""
+        if they had not within ``timeout`` seconds. None submitted yet: at once, without
+        starting the thread."""
+        if not self._worker.started:
+            return True
         done = threading.Event()
         self.submit(done.set)
         return done.wait(timeout)

@@ -19,7 +19,7 @@ import redis.asyncio
 
 from django_distlock.engine import Backend, Lock, LockLost, LockNotOwned
 from django_distlock.engine.protocol.scripts import EXTEND
-from django_distlock.engine.renewal.watchdog import _Lane
+from django_distlock.engine.renewal.watchdog import Notifier, _Lane
 from tests.support.engine import (
     HOST,
     Recorder,
@@ -477,3 +477,15 @@ def test_a_closed_event_loop_is_not_kept_alive_by_a_hold_it_never_released(
 
     assert loop_gone_after(take)
     redis_client.delete(lock_key("left-behind"))
+
+
+def test_waiting_for_loss_reports_before_any_starts_no_thread():
+    """Every test waits for the reports it queued (tests/support/hygiene.py): with none
+    queued, that must not start a notifier thread."""
+    fresh = Notifier()
+    assert fresh.wait_for_reports(1.0)
+    assert not fresh._worker.started
+    ran = threading.Event()
+    fresh.submit(lambda: (time.sleep(0.05), ran.set()))
+    assert fresh.wait_for_reports(5.0)
+    assert ran.is_set()
