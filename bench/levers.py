@@ -37,6 +37,7 @@ import redis  # noqa: E402
 from server import bench_server  # noqa: E402
 from stats import median, table  # noqa: E402
 from timing import place  # noqa: E402
+from uncontended import server_commands, server_cpu, server_script_us  # noqa: E402
 
 from django_distlock.engine import LockKeys  # noqa: E402
 
@@ -72,15 +73,9 @@ def scripts_of(source: str) -> ModuleType:
 
 
 def server_counters(client: redis.Redis) -> tuple[float, float, int]:
-    """Script usec, whole CPU usec and commands run so far (``INFO`` itself left out)."""
-    stats = client.info("commandstats")
-    cpu = client.info("cpu")
-    calls = sum(int(v["calls"]) for k, v in stats.items() if k != "cmdstat_info")
-    return (
-        float(stats.get("cmdstat_evalsha", {}).get("usec", 0)),
-        (float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])) * 1e6,
-        calls,
-    )
+    """Script µs, whole CPU µs and commands run so far (the benchmark's own ``INFO`` and
+    ``CONFIG RESETSTAT`` left out)."""
+    return server_script_us(client), server_cpu(client) * 1e6, server_commands(client)
 
 
 def main() -> None:
@@ -124,8 +119,6 @@ def main() -> None:
         ("cmds", "commands"),
     ):
         base, head = per["base"][field], per["head"][field]
-        if field == "cmds":  # the INFO calls between rounds
-            base, head = [v - 2 / args.cycles for v in base], [v - 2 / args.cycles for v in head]
         ratio = median([h / b for h, b in zip(head, base, strict=True)])
         rows.append([label, f"{median(base):.2f}", f"{median(head):.2f}", f"{ratio:.3f}"])
     print(

@@ -55,19 +55,19 @@ class Result:
         return percentile(self.durations_ns, q) / 1000
 
 
-def _server_commands(stats_client: redis.Redis) -> int:
+def server_commands(stats_client: redis.Redis) -> int:
     stats = stats_client.info("commandstats")
     return sum(int(v["calls"]) for k, v in stats.items() if k not in _OWN_COMMANDS)
 
 
-def _server_script_us(stats_client: redis.Redis) -> float:
+def server_script_us(stats_client: redis.Redis) -> float:
     """Microseconds the server spent running scripts (``EVALSHA``/``EVAL``, the commands
     they call included), from ``INFO commandstats``."""
     stats = stats_client.info("commandstats")
     return sum(float(stats.get(k, {}).get("usec", 0)) for k in ("cmdstat_evalsha", "cmdstat_eval"))
 
 
-def _server_cpu(stats_client: redis.Redis) -> float:
+def server_cpu(stats_client: redis.Redis) -> float:
     cpu = stats_client.info("cpu")
     return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
@@ -169,16 +169,16 @@ def _run(
             result = results[key]
             gc.collect()
             requests_before = impls.requests_sent()
-            commands_before = _server_commands(stats_client)
-            scripts_before = _server_script_us(stats_client)
-            server_cpu_before = _server_cpu(stats_client)
+            commands_before = server_commands(stats_client)
+            scripts_before = server_script_us(stats_client)
+            server_cpu_before = server_cpu(stats_client)
             cpu_before = time.process_time_ns()
             durations, batch_ns = batch(key, cycles)
             result.client_cpu_ns += time.process_time_ns() - cpu_before
-            result.server_cpu_s += _server_cpu(stats_client) - server_cpu_before
+            result.server_cpu_s += server_cpu(stats_client) - server_cpu_before
             result.requests += impls.requests_sent() - requests_before
-            result.server_commands += _server_commands(stats_client) - commands_before
-            result.server_script_us += _server_script_us(stats_client) - scripts_before
+            result.server_commands += server_commands(stats_client) - commands_before
+            result.server_script_us += server_script_us(stats_client) - scripts_before
             result.durations_ns.extend(durations)
             result.round_means_ns.append(batch_ns / cycles)
             result.round_p50s_ns.append(percentile(durations, 50))
