@@ -125,6 +125,9 @@ def django_queries(names: list[str], clients: list[redis.Redis]) -> dict[str, Ca
             name__contains=":0042"
         ).count(),
         'order_by("-ttl")[:100]': lambda: list(HeldLock.objects.order_by("-ttl")[:PAGE]),
+        'order_by("-ttl")[9900:10000]': lambda: list(
+            HeldLock.objects.order_by("-ttl")[len(names) - PAGE : len(names)]
+        ),
         'order_by("-acquired_at")[:100]': lambda: list(
             HeldLock.objects.order_by("-acquired_at")[:PAGE]
         ),
@@ -162,6 +165,9 @@ def engine_queries(
             LockQuery(filters=(("contains", ":0042"),))
         ),
         'order_by("-ttl")[:100]': lambda: listing.records(LockQuery(ordering=("-ttl",), high=PAGE)),
+        'order_by("-ttl")[9900:10000]': lambda: listing.records(
+            LockQuery(ordering=("-ttl",), low=len(names) - PAGE, high=len(names))
+        ),
         'order_by("-acquired_at")[:100]': lambda: listing.records(
             LockQuery(ordering=("-acquired_at",), high=PAGE)
         ),

@@ -38,6 +38,10 @@ __all__ = ["HeldLockAdmin"]
 HELD_LOCKS_PER_PAGE = 100
 RECENT_EVENTS = 50
 _ORDERINGS = ("name", "-name", "ttl", "-ttl", "acquired_at", "-acquired_at")
+DEFAULT_ORDERING = "-ttl"
+"""The held locks page's order unless asked: the locks that stay held longest first (a
+stuck lock with a long lease is near the top), and the order of the listing index, so a
+page reads only as far as it shows (by name or hold time, every held lock is read)."""
 _SORTABLE_COLUMNS = (
     ("name", gettext_lazy("Name")),
     ("acquired_at", gettext_lazy("Held for")),
@@ -146,9 +150,10 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         """The held locks: search (``?q=``, a literal substring of the name), ordering
-        (``?o=``) and pages of 100 (``?p=``), from a few Redis round trips whatever the
-        number of locks. While the lock server cannot be reached: a 503 page that says so
-        (the same for the detail and force-release pages)."""
+        (``?o=``, :data:`DEFAULT_ORDERING` unless given) and pages of 100 (``?p=``), from
+        a few Redis round trips whatever the number of locks. While the lock server cannot
+        be reached: a 503 page that says so (the same for the detail and force-release
+        pages)."""
         self._check_view(request)
         try:
             return self._changelist(request, extra_context)
@@ -159,9 +164,9 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         self, request: HttpRequest, extra_context: dict[str, Any] | None
     ) -> HttpResponse:
         query = request.GET.get("q", "")
-        ordering = request.GET.get("o", "name")
+        ordering = request.GET.get("o", DEFAULT_ORDERING)
         if ordering not in _ORDERINGS:
-            ordering = "name"
+            ordering = DEFAULT_ORDERING
         queryset = HeldLock.objects.all()
         if query:
             queryset = queryset.filter(name__contains=query)
@@ -176,8 +181,8 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
 
         def link(**changes: Any) -> str:
             params = {"q": query, "o": ordering, **changes}
-            if params["o"] == "name":
-                del params["o"]  # the default
+            if params["o"] == DEFAULT_ORDERING:
+                del params["o"]
             return "?" + urlencode({k: v for k, v in params.items() if v not in ("", None)})
 
         columns = []
@@ -207,6 +212,7 @@ class HeldLockAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
             pages=pages,
             query=query,
             ordering=ordering,
+            default_ordering=DEFAULT_ORDERING,
             columns=columns,
             force_release_url=self._url("force_release"),
             select_label=_("Select this lock"),

@@ -263,7 +263,7 @@ def test_each_kind_of_lock_and_force_release_of_one_shared_hold(
     slots = [lock_holder("browser:limited", context="kinds", kind={"limit": 3}) for _ in range(2)]
     page = admin_page
 
-    page.goto(heldlocks_url(live_server))
+    page.goto(heldlocks_url(live_server) + "?o=name")
     rows = page.locator("#heldlocks tbody tr")
     expect(rows).to_have_count(5)
     expect(page.locator(".paginator-summary")).to_contain_text("5 holds")

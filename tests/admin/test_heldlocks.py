@@ -69,7 +69,8 @@ def test_changelist_lists_held_locks_with_their_owner(admin, hold):
     response = admin.get(CHANGELIST)
     assert response.status_code == 200
     html = response.content.decode()
-    assert _names_on_page(html) == ["invoice:42", "report:daily"]
+    # Unless asked, the locks that stay held longest come first.
+    assert _names_on_page(html) == ["report:daily", "invoice:42"]
     assert "2 holds" in html
     assert "billing.pay" in html
     assert f'<td class="fence">{lock.fence}</td>' in html
@@ -138,7 +139,7 @@ def test_search_is_a_literal_substring(admin, hold):
         ("b", sorted(["a*b", "axb", "abc", "[ab]", "(a|b)", "a|b"])),
         ("nothing", []),
     ]:
-        response = admin.get(CHANGELIST, {"q": query})
+        response = admin.get(CHANGELIST, {"q": query, "o": "name"})
         assert response.status_code == 200
         assert _names_on_page(response.content.decode()) == expected, query
 
@@ -194,7 +195,8 @@ def test_very_long_names_render(admin, hold):
         ("-ttl", ["a", "c", "b"]),
         ("acquired_at", ["c", "a", "b"]),
         ("-acquired_at", ["b", "a", "c"]),
-        ("bogus", ["a", "b", "c"]),
+        ("bogus", ["a", "c", "b"]),  # the default: -ttl
+        ("", ["a", "c", "b"]),
     ],
 )
 def test_ordering(admin, hold, ordering, expected):
@@ -213,7 +215,12 @@ def test_sortable_headers_toggle_and_keep_the_search(admin, hold):
     assert 'href="?q=x&amp;o=ttl"' in html
     assert 'href="?q=x&amp;o=-acquired_at"' in html  # "held for", shortest first
     html = admin.get(CHANGELIST, {"o": "-name"}).content.decode()
-    assert 'class="sortable sorted descending"><div class="text"><a href="?"' in html
+    assert 'class="sortable sorted descending"><div class="text"><a href="?o=name"' in html
+    # The default order, longest TTL first, is the TTL column's descending one.
+    html = admin.get(CHANGELIST).content.decode()
+    assert 'class="sortable sorted descending"><div class="text"><a href="?o=ttl"' in html
+    html = admin.get(CHANGELIST, {"o": "ttl"}).content.decode()
+    assert 'class="sortable sorted ascending"><div class="text"><a href="?"' in html
 
 
 def test_pagination(admin, redis_client):
@@ -221,22 +228,28 @@ def test_pagination(admin, redis_client):
     for lock in locks:
         assert lock.acquire(blocking=False)
     try:
-        first = admin.get(CHANGELIST).content.decode()
-        third = admin.get(CHANGELIST, {"p": 3}).content.decode()
-        beyond = admin.get(CHANGELIST, {"p": 99}).content.decode()
-        searched = admin.get(CHANGELIST, {"q": "job:1", "p": 2}).content.decode()
+        first = admin.get(CHANGELIST, {"o": "name"}).content.decode()
+        third = admin.get(CHANGELIST, {"o": "name", "p": 3}).content.decode()
+        beyond = admin.get(CHANGELIST, {"o": "name", "p": 99}).content.decode()
+        searched = admin.get(CHANGELIST, {"q": "job:1", "o": "name", "p": 2}).content.decode()
+        # The default order (lease end, latest first; equal ends by name, descending) is
+        # read from each bucket's index only as far as the page goes.
+        by_lease = admin.get(CHANGELIST, {"p": 2}).content.decode()
+        by_lease_searched = admin.get(CHANGELIST, {"q": "job:1"}).content.decode()
     finally:
         for lock in locks:
             lock.release()
     assert "250 holds" in first
     assert _names_on_page(first) == [f"job:{i:03}" for i in range(100)]
     assert "page 1 of 3" in first
-    assert 'href="?p=3"' in first
+    assert 'href="?o=name&amp;p=3"' in first
     assert _names_on_page(third) == [f"job:{i:03}" for i in range(200, 250)]
     assert _names_on_page(beyond) == _names_on_page(third)  # get_page: the last page
     assert "100 holds" in searched
     assert "page 1 of 1" not in searched
     assert _names_on_page(searched) == [f"job:{i:03}" for i in range(100, 200)]
+    assert _names_on_page(by_lease) == [f"job:{i:03}" for i in range(149, 49, -1)]
+    assert _names_on_page(by_lease_searched) == [f"job:{i:03}" for i in range(199, 99, -1)]
 
 
 def test_ten_thousand_locks_page_render_time(admin, redis_client, capsys):
@@ -247,9 +260,10 @@ def test_ten_thousand_locks_page_render_time(admin, redis_client, capsys):
         admin.get(CHANGELIST)  # warm up (scripts, templates)
         timings = {}
         for label, params in (
-            ("first page by name", {}),
-            ("page 50 by name", {"p": 50}),
-            ("by -ttl", {"o": "-ttl"}),
+            ("first page (by -ttl)", {}),
+            ("page 50 (by -ttl)", {"p": 50}),
+            ("first page by name", {"o": "name"}),
+            ("page 50 by name", {"o": "name", "p": 50}),
             ("by -acquired_at", {"o": "-acquired_at"}),
             ("search n:09", {"q": "n:09"}),
         ):
@@ -709,7 +723,7 @@ def test_changelist_shows_each_hold_with_its_mode(admin, hold):
     readers = [hold.enter_context(distlock("kinds:shared", shared=True)) for _ in range(2)]
     slots = [hold.enter_context(distlock("kinds:limited", limit=3)) for _ in range(2)]
 
-    html = admin.get(CHANGELIST).content.decode()
+    html = admin.get(CHANGELIST, {"o": "name"}).content.decode()
 
     assert _names_on_page(html) == ["kinds:limited"] * 2 + ["kinds:mutex"] + ["kinds:shared"] * 2
     assert "5 holds" in html

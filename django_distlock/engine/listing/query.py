@@ -42,7 +42,6 @@ import functools
 import json
 import logging
 import time
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -63,7 +62,6 @@ from ..keys import (
     validate_name,
 )
 from ..protocol.ops import Call
-from ..protocol.scripts import LIST_BUCKETS, LIST_INDEX
 from ..protocol.steps import release_steps
 from ..transport.backend import Backend
 from ..transport.drivers import SyncDriver
@@ -77,6 +75,7 @@ from .records import (
     parse_lock_value,
     score_ms,
 )
+from .scripts import LIST_BUCKETS, LIST_INDEX, LIST_WINDOW
 
 __all__ = [
     "EVERY_LOCK",
@@ -185,7 +184,11 @@ class Listing:
 
     def page(self, query: LockQuery = EVERY_LOCK, *, limit: int | None = None) -> Page:
         """:meth:`records` with the number of holds the indexes matched."""
-        snapshot = self._read_index(query.filters)
+        if _by_lease_end(query):
+            assert query.high is not None
+            snapshot = self._read_window(query, query.high)
+        else:
+            snapshot = self._read_index(query.filters)
         window = _ordered(snapshot, query.ordering)[query.low : query.high]
         if limit is None:
             records = snapshot.records(window)
@@ -239,6 +242,61 @@ class Listing:
     def _driver(self) -> SyncDriver:
         return SyncDriver(self.backend, None)
 
+    def _read_window(self, query: LockQuery, needed: int) -> Snapshot:
+        """The first ``needed`` rows matching ``query`` in its lease-end order (ties
+        included), read from each index's near end only (:data:`LIST_WINDOW`): a bucket
+        whose last row read could still be among them is read again, further, until none
+        is. About ``2 x needed + 4 x 256`` rows, however many locks are held."""
+        descending = query.ordering[0].startswith("-")
+        lookups = tuple(item for lookup in query.filters for item in lookup)
+        needed = max(needed, 1)
+        wanted = max(4, -(-2 * needed // BUCKETS))
+        reads: dict[int, WindowRead] = {}
+        pending = list(range(BUCKETS))
+        while pending:
+            reads.update(self._window(pending, "desc" if descending else "asc", wanted, lookups))
+            ends = sorted(
+                (end for read in reads.values() for end in read.ends()), reverse=descending
+            )
+            cut = ends[needed - 1] if len(ends) >= needed else None
+            pending = [
+                bucket
+                for bucket, read in reads.items()
+                if read.may_hide_rows_before(cut, descending=descending)
+            ]
+            wanted *= 4
+        names: list[Raw] = []
+        ends_of: dict[Raw, int] = {}
+        holds: dict[Raw, tuple[Raw, Raw]] = {}
+        for read in reads.values():
+            names += _add_entries(read.entries, ends_of)
+            if read.holds:
+                add_holds(read.holds, holds, ends_of)
+        now_by_bucket = {bucket: int(read.now_ms) for bucket, read in reads.items()}
+        return Snapshot(self.backend, names + list(holds), ends_of, now_by_bucket, holds)
+
+    def _window(
+        self, buckets: list[int], direction: str, wanted: int, lookups: tuple[Any, ...]
+    ) -> dict[int, WindowRead]:
+        """:data:`LIST_WINDOW`'s reply for ``buckets``: one call per bucket, pipelined per
+        node, on a cluster; one call for them all on a single server."""
+        indexes = _bucket_indexes(self.backend.prefix)
+        args = (direction, wanted, *lookups)
+        driver = self._driver()
+        if self.backend.is_cluster:
+            calls = [Call(LIST_WINDOW, indexes[bucket], args) for bucket in buckets]
+            replies = answered(driver.call_many(calls, READ_TIMEOUT))
+            return {
+                bucket: WindowRead(reply[0], *reply[1:])
+                for bucket, reply in zip(buckets, replies, strict=True)
+            }
+        flat = tuple(key for bucket in buckets for key in indexes[bucket])
+        now_ms, *per_bucket = driver.call(Call(LIST_WINDOW, flat, args))
+        return {
+            bucket: WindowRead(now_ms, *per_bucket[4 * i : 4 * i + 4])
+            for i, bucket in enumerate(buckets)
+        }
+
     def _read_index(self, filters: Sequence[Filter]) -> Snapshot:
         """The rows matching ``filters``, with their lease ends, from one read of the
         indexes (one round trip per node)."""
@@ -269,18 +327,35 @@ class Listing:
             now_by_bucket[bucket] = int(read.now_ms)
             if read.holds:
                 add_holds(read.holds, holds, ends)
-            joined = read.entries
-            if not joined:
-                continue
-            flat = joined.split(b"\0" if isinstance(joined, bytes) else "\0")
-            bucket_names = flat[0::2]
-            names += bucket_names
-            for name, score in zip(bucket_names, flat[1::2], strict=True):
-                ends[name] = int(score)
+            names += _add_entries(read.entries, ends)
         rows = _filtered(names, filters)
         if holds:
             rows += _filtered_holds(holds, filters)
         return Snapshot(self.backend, rows, ends, now_by_bucket, holds)
+
+
+def _by_lease_end(query: LockQuery) -> bool:
+    """Whether ``query`` is a window ordered by TTL first (and then by name or TTL only),
+    without a name lookup that bounds the names: :meth:`Listing._read_window` reads it."""
+    fields = {field.removeprefix("-") for field in query.ordering}
+    return (
+        query.high is not None
+        and query.ordering[0].removeprefix("-") == "ttl"
+        and fields <= {"ttl", "name"}
+        and _exact_names(query.filters) is None
+    )
+
+
+def _add_entries(joined: Raw, ends: dict[Raw, int]) -> list[Raw]:
+    """The names of one bucket's exclusive holds (``name NUL lease_end ...``, as the
+    listing scripts join them), their lease ends added to ``ends``."""
+    if not joined:
+        return []
+    flat = joined.split(b"\0" if isinstance(joined, bytes) else "\0")  # type: ignore[arg-type]
+    names = flat[0::2]
+    for name, score in zip(names, flat[1::2], strict=True):
+        ends[name] = int(score)
+    return names
 
 
 @functools.lru_cache(maxsize=16)
@@ -412,6 +487,48 @@ index member, ``name NUL token``: it sorts right after the name (NUL is the smal
 character), so a lock's holds stay together, by token."""
 
 
+class WindowRead(NamedTuple):
+    """One bucket's indexes as :data:`LIST_WINDOW` answers them: the first matching rows
+    of each in lease-end order, and whether more may follow them."""
+
+    now_ms: Any
+    """The server's clock when it read them."""
+    entries: Any
+    """Exclusive holds: ``name NUL lease_end NUL ...``."""
+    more: Any
+    """1 when the index of exclusive holds may have more matching rows past these."""
+    holds: Any
+    """Shared and limited holds: ``name NUL token NUL lease_end ...``."""
+    more_holds: Any
+    """1 when the index of those holds may have more matching rows past these."""
+
+    def ends(self) -> list[int]:
+        """The lease ends of every row read."""
+        return [int(end) for end in (*_ends(self.entries, 2), *_ends(self.holds, 3))]
+
+    def may_hide_rows_before(self, cut: int | None, *, descending: bool) -> bool:
+        """Whether a row this read did not reach could come before the window's last row,
+        whose lease end is ``cut`` (``None``: the window is not full yet): an index that
+        may have more rows and whose last row read does not come strictly after it."""
+        for joined, more, width in ((self.entries, self.more, 2), (self.holds, self.more_holds, 3)):
+            if not int(more):
+                continue
+            if cut is None:
+                return True
+            last = int(_ends(joined, width)[-1])
+            if (last >= cut) if descending else (last <= cut):
+                return True
+        return False
+
+
+def _ends(joined: Raw, width: int) -> list[Raw]:
+    """The lease ends in ``joined`` rows of ``width`` fields, the last field each."""
+    if not joined:
+        return []
+    flat = joined.split(b"\0" if isinstance(joined, bytes) else "\0")  # type: ignore[arg-type]
+    return flat[width - 1 :: width]
+
+
 def answered(replies: list[Any]) -> list[Any]:
     """``replies``, unless one of them is an error: then that error is raised."""
     for reply in replies:
@@ -422,7 +539,7 @@ def answered(replies: list[Any]) -> list[Any]:
 
 def add_holds(joined: Raw, holds: dict[Raw, tuple[Raw, Raw]], ends: dict[Raw, int]) -> None:
     """Add the shared and limited holds of one bucket (``name NUL token NUL score ...``,
-    as :data:`~django_distlock.engine.protocol.scripts.LIST_INDEX` joins them) to ``holds`` (row ->
+    as :data:`~.scripts.LIST_INDEX` joins them) to ``holds`` (row ->
     name, token) and ``ends``."""
     nul = b"\0" if isinstance(joined, bytes) else "\0"
     flat = joined.split(nul)  # type: ignore[arg-type]
@@ -457,14 +574,16 @@ class Snapshot:
 
     def _read(
         self, rows: Sequence[Raw], *, values: bool, scores: bool
-    ) -> tuple[list[Raw | None], list[int | None], list[Raw | None]]:
+    ) -> tuple[list[Raw | None], list[int | None], list[Raw | None], list[int]]:
         """The values and/or remaining leases (ms) of ``rows``, ``None`` for the holds
         gone; one round trip per node (``MGET``, ``HMGET`` and ``ZMSCORE`` per bucket,
         whose keys share a slot). A shared or limited hold's value is its holders' hash
         entry behind its token (the layout of an exclusive lock's value); the third list
-        has the ``#kind`` of its lock (``None`` for exclusive holds)."""
+        has the ``#kind`` of its lock (``None`` for exclusive holds), the fourth how many
+        live holds its lock has (counted in its sorted set of holders, with the values:
+        a window may have read only some of them)."""
         if not rows:
-            return [], [], []
+            return [], [], [], []
         prefix = self.backend.prefix
         holds = self.holds
         by_bucket: dict[int, list[int]] = {}
@@ -500,17 +619,25 @@ class Snapshot:
                     tokens = (holds[rows[i]][1] for i in indexes)
                     command = ("HMGET", keys.holders, "#kind", *tokens)
                     by_node.setdefault(node, []).append((bucket, ("h", indexes, command)))
+                    live = self.now_by_bucket.get(bucket, 0)
+                    command = ("ZCOUNT", keys.lock, live, "+inf")
+                    by_node.setdefault(node, []).append((bucket, ("c", indexes, command)))
                 if scores:
                     command = ("ZMSCORE", keys.holder_index, *(rows[i] for i in indexes))
                     by_node.setdefault(node, []).append((bucket, ("s", indexes, command)))
         read_values: list[Raw | None] = [None] * len(rows)
         read_ttls: list[int | None] = [None] * len(rows)
         kinds: list[Raw | None] = [None] * len(rows)
+        holders = [1] * len(rows)
         for node, requests in by_node.items():
             replies = answered(driver.pipeline(node, [request[2] for _, request in requests]))
             for (bucket, (kind, chunk, _)), reply in zip(requests, replies, strict=True):
                 if kind == "h":
                     _holder_values(rows, holds, chunk, reply, read_values, kinds)
+                    continue
+                if kind == "c":
+                    for i in chunk:
+                        holders[i] = int(reply)
                     continue
                 now_ms = self.now_by_bucket.get(bucket)
                 for i, item in zip(chunk, reply, strict=True):
@@ -519,7 +646,7 @@ class Snapshot:
                     elif item is not None:
                         end = score_ms(item)
                         read_ttls[i] = end - now_ms if now_ms is not None else 0
-        return read_values, read_ttls, kinds
+        return read_values, read_ttls, kinds, holders
 
     def values_of(self, rows: Sequence[Raw]) -> list[Raw | None]:
         """The values of ``rows`` (``None`` for the holds gone)."""
@@ -527,21 +654,18 @@ class Snapshot:
 
     def records(self, rows: Sequence[Raw]) -> list[LockRecord]:
         """The holds ``rows``, in that order, leaving out the ones gone."""
-        values, ttls, kinds = self._read(rows, values=True, scores=True)
+        values, ttls, kinds, holders = self._read(rows, values=True, scores=True)
         records = []
-        counts: Counter[Raw] | None = None
-        for row, value, ttl, kind in zip(rows, values, ttls, kinds, strict=True):
+        for row, value, ttl, kind, count in zip(rows, values, ttls, kinds, holders, strict=True):
             if ttl is None:
                 continue  # released meanwhile (and maybe taken again since)
             if kind is None:
                 record = parse_lock_value(decode(row), value, ttl)
             else:
-                if counts is None:
-                    counts = Counter(name for name, _token in self.holds.values())
                 name = self.holds[row][0]
                 mode, limit = parse_kind(kind)
                 record = parse_lock_value(
-                    decode(name), value, ttl, mode=mode, limit=limit, holders=counts[name]
+                    decode(name), value, ttl, mode=mode, limit=limit, holders=count
                 )
             if record is not None:
                 records.append(record)

@@ -24,8 +24,9 @@ what tells the kinds apart, so an exclusive acquire of a free lock costs what it
 The scripts come by what they serve: the Lua fragments the scripts share (the clock, the
 fair queue, the wake-up, pruning holders, the next fence, spliced into the branches that
 need them: the common paths, a free lock with nobody waiting, run no more commands than
-they must), then a plain lock's, shared and limited holds', several names at once, and
-the listing's (the locks held now). A script is a :class:`~.ops.Script`.
+they must), then a plain lock's, shared and limited holds', and several names at once (the listing's
+own, which read the locks held now, are :mod:`..listing.scripts`). A script is a
+:class:`~.ops.Script`.
 """
 
 from __future__ import annotations
@@ -43,8 +44,6 @@ __all__ = [
     "HOLDER_TTL",
     "IS_MINE",
     "KEYS_DOC",
-    "LIST_BUCKETS",
-    "LIST_INDEX",
     "MANY_ACQUIRE",
     "NEXT_FENCE",
     "NOW",
@@ -775,96 +774,6 @@ local result = attempt()
 if ARGV[6] == '1' then
   redis.call('RPUSH', KEYS[#KEYS], 'c')
   redis.call('PEXPIRE', KEYS[#KEYS], ARGV[5])
-end
-return result
-""",
-)
-
-
-LIST_INDEX = Script(
-    "list_index",
-    r"""-- list_index: the live entries of one bucket's listing indexes, and the server time.
--- KEYS[1] the bucket's listing index (zset: member = lock name, score = lease end, ms)
--- KEYS[2] (optional) the bucket's index of shared and limited holds (zset: member =
---         name NUL token, score = that hold's lease end, ms)
--- ARGV[1] '*' for every entry, '#' to count them, '=' to look up the names in ARGV[2..]
--- returns {now_ms, entries, holds} for '*' and '=': entries = 'name\0score\0name\0score...'
---         and holds = 'name\0token\0score\0...', each in one string (names never hold
---         NUL; one string parses much faster than thousands of elements);
---         {now_ms, count, holds_count} for '#'; entries whose lease is over are left
---         out (and dropped from KEYS[1]; the scripts that add holds prune KEYS[2]), and
---         holds is '' or 0 without KEYS[2]
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
--- A key lives until its expiry time is strictly past: live entries score now or more.
-local now_text = string.format('%.0f', now_ms)
--- Pruned, then counted: ZCOUNT would decode every score of a small (listpack) set.
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now_text)
--- The holds' index is only read: one command per bucket, which servers holding
--- exclusive locks only pay too (on a missing key it costs next to nothing).
-local with_holds = #KEYS > 1
-if ARGV[1] == '#' then
-  local holds = 0
-  if with_holds then holds = redis.call('ZCOUNT', KEYS[2], now_text, '+inf') end
-  return {now_ms, redis.call('ZCARD', KEYS[1]), holds}
-end
-local entries
-local holds = {}
-if with_holds then
-  holds = redis.call('ZRANGEBYSCORE', KEYS[2], now_text, '+inf', 'WITHSCORES')
-end
-if ARGV[1] == '*' then
-  entries = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
-else
-  entries = {}
-  local wanted = {}
-  for i = 2, #ARGV do
-    wanted[ARGV[i]] = true
-    local score = redis.call('ZSCORE', KEYS[1], ARGV[i])
-    if score then
-      entries[#entries + 1] = ARGV[i]
-      entries[#entries + 1] = score
-    end
-  end
-  -- Members are 'name NUL token': keep the holds of the names looked up.
-  local kept = {}
-  for i = 1, #holds, 2 do
-    local cut = string.find(holds[i], '\0', 1, true)
-    if cut and wanted[string.sub(holds[i], 1, cut - 1)] then
-      kept[#kept + 1] = holds[i]
-      kept[#kept + 1] = holds[i + 1]
-    end
-  end
-  holds = kept
-end
-return {now_ms, table.concat(entries, '\0'), table.concat(holds, '\0')}
-""",
-)
-
-LIST_BUCKETS = Script(
-    "list_buckets",
-    r"""-- list_buckets: list_index for every bucket of a single server, in one call.
--- KEYS[1], KEYS[2], then each next pair: a bucket's listing index and its index of shared
---         and limited holds (as KEYS[1] and KEYS[2] of list_index)
--- ARGV[1] '*' for every entry, '#' to count them
--- returns {now_ms, entries_1, holds_1, entries_2, holds_2, ...}: per bucket what
---         list_index returns after now_ms (counts for '#'); a cluster cannot run it (its
---         buckets live in different slots), a single server answers at once what 256
---         pipelined list_index calls would
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local now_text = string.format('%.0f', now_ms)
-local result = {now_ms}
-for i = 1, #KEYS, 2 do
-  redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', '(' .. now_text)
-  if ARGV[1] == '#' then
-    result[#result + 1] = redis.call('ZCARD', KEYS[i])
-    result[#result + 1] = redis.call('ZCOUNT', KEYS[i + 1], now_text, '+inf')
-  else
-    result[#result + 1] = table.concat(redis.call('ZRANGE', KEYS[i], 0, -1, 'WITHSCORES'), '\0')
-    result[#result + 1] = table.concat(
-      redis.call('ZRANGEBYSCORE', KEYS[i + 1], now_text, '+inf', 'WITHSCORES'), '\0')
-  end
 end
 return result
 """,

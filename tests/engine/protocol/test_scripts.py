@@ -9,6 +9,7 @@ import pytest
 import redis
 
 from django_distlock.engine import LockKeys
+from django_distlock.engine.listing.scripts import LIST_BUCKETS, LIST_INDEX, LIST_WINDOW
 from django_distlock.engine.protocol.scripts import (
     ACQUIRE,
     EXTEND,
@@ -16,8 +17,6 @@ from django_distlock.engine.protocol.scripts import (
     HOLDER_EXTEND,
     HOLDER_RELEASE,
     HOLDER_TTL,
-    LIST_BUCKETS,
-    LIST_INDEX,
     MANY_ACQUIRE,
     PASS_ON,
     RELEASE,
@@ -36,6 +35,7 @@ SCRIPTS = [
     WAKE,
     LIST_INDEX,
     LIST_BUCKETS,
+    LIST_WINDOW,
     HOLDER_ACQUIRE,
     HOLDER_RELEASE,
     HOLDER_EXTEND,
