@@ -186,10 +186,21 @@ class Listing:
         """:meth:`records` with the number of holds the indexes matched."""
         if _by_lease_end(query):
             assert query.high is not None
-            snapshot = self._read_window(query, query.high)
+            low, high = query.low, query.high
+            # From the near end a window reads `high` rows, from the far end `total - low`.
+            total = None if query.filters or not low else self.count()
+            if total is not None and 0 < total - low < high:
+                # Fewer rows to read from the far end: read the reverse order from there
+                # (the exact reverse: ties go by name in the first field's direction).
+                reverse = tuple(f[1:] if f.startswith("-") else f"-{f}" for f in query.ordering)
+                snapshot = self._read_window(LockQuery(ordering=reverse), total - low)
+                window = _ordered(snapshot, reverse)[max(total - high, 0) : total - low][::-1]
+            else:
+                snapshot = self._read_window(query, high)
+                window = _ordered(snapshot, query.ordering)[low:high]
         else:
             snapshot = self._read_index(query.filters)
-        window = _ordered(snapshot, query.ordering)[query.low : query.high]
+            window = _ordered(snapshot, query.ordering)[query.low : query.high]
         if limit is None:
             records = snapshot.records(window)
         else:
@@ -246,11 +257,12 @@ class Listing:
         """The first ``needed`` rows matching ``query`` in its lease-end order (ties
         included), read from each index's near end only (:data:`LIST_WINDOW`): a bucket
         whose last row read could still be among them is read again, further, until none
-        is. About ``2 x needed + 4 x 256`` rows, however many locks are held."""
+        is. About ``1.25 x needed + 4 x 256`` rows, however many locks are held."""
         descending = query.ordering[0].startswith("-")
         lookups = tuple(item for lookup in query.filters for item in lookup)
         needed = max(needed, 1)
-        wanted = max(4, -(-2 * needed // BUCKETS))
+        # A bucket's share of the window, with a margin: few buckets are read again.
+        wanted = max(4, -(-5 * needed // (4 * BUCKETS)) + 2)
         reads: dict[int, WindowRead] = {}
         pending = list(range(BUCKETS))
         while pending:

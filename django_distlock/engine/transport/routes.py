@@ -205,9 +205,16 @@ class Server:
     def subscriber(self) -> redis.client.PubSub:
         """A redis-py ``PubSub`` on a pool of its own (the settings of ``requests``, one
         connection), so that a subscription never takes one of the client's connections;
-        the caller closes it (``close()``, then its ``connection_pool.disconnect()``)."""
+        the caller closes it (``close()``, then its ``connection_pool.disconnect()``).
+
+        Its connection never reconnects by itself: a read that fails raises at once. The
+        caller subscribes again when it wants to; redis-py's retry would open the
+        connection again under a thread reading it even when the caller closed it."""
         settings = _own_pool_settings(self.requests)
         settings["max_connections"] = 1
+        settings["retry"] = redis.retry.Retry(NoBackoff(), 0, supported_errors=())
+        settings["retry_on_error"] = []
+        settings["retry_on_timeout"] = False
         client = redis.Redis(connection_pool=redis.ConnectionPool(**settings))
         return client.pubsub()
 

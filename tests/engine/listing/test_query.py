@@ -101,13 +101,24 @@ def test_a_window_by_ttl_is_what_a_whole_read_finds(backend, redis_client):
             for ordering in orderings:
                 whole = _rows(listing.records(LockQuery(filters=filters, ordering=ordering)))
                 assert whole, (filters, ordering)
-                for low, high in ((0, 1), (0, 10), (5, 40), (0, len(whole)), (250, 400)):
-                    high = min(high, len(whole))
+                n = len(whole)
+                # Near the far end, without lookups, the window is read from that end.
+                for low, high in (
+                    (0, 1),
+                    (0, 10),
+                    (5, 40),
+                    (0, n),
+                    (250, 400),
+                    (n - 10, n),
+                    (n - 40, n - 5),
+                    (n - 1, n + 5),
+                    (n + 2, n + 9),
+                ):
                     window = LockQuery(filters=filters, ordering=ordering, low=low, high=high)
                     assert listing_query._by_lease_end(window)
                     assert _rows(listing.records(window)) == whole[low:high], (window, whole)
                     checked += 1
-        assert checked == 60
+        assert checked == 108
 
 
 def test_a_window_by_ttl_reads_as_far_as_the_window_needs(backend, monkeypatch):
@@ -128,6 +139,11 @@ def test_a_window_by_ttl_reads_as_far_as_the_window_needs(backend, monkeypatch):
         first = listing.records(LockQuery(ordering=("-ttl",), high=10))
         assert [record.name for record in first] == [f"job:{n}" for n in range(1999, 1989, -1)]
         # Four rows a bucket at first, and a few buckets read again: not 2,000.
+        assert len(read) < 4 * 256 + 2 * 10 + 200, len(read)
+        read.clear()
+        # The last page is read from the far end, as the first page is from the near end.
+        last = listing.records(LockQuery(ordering=("-ttl",), low=1990, high=2000))
+        assert len(last) == 10
         assert len(read) < 4 * 256 + 2 * 10 + 200, len(read)
         read.clear()
         everything = listing.records(LockQuery(ordering=("ttl",), high=5000))

@@ -5,10 +5,12 @@ who did it; on every topology, sync and async, from another backend (another hos
 from __future__ import annotations
 
 import asyncio
+import inspect
 import threading
 import time
 
 import pytest
+import redis
 
 from django_distlock.engine import Lock, LockLost, LostCause, force_release
 from django_distlock.engine.renewal.watchdog import listening, subscriptions
@@ -92,3 +94,38 @@ def test_the_subscription_comes_back_after_its_connection_is_cut(make_backend, r
     with pytest.raises(LockLost, match="force-released by user 'carol'"):
         cut_then_force_release()
     assert delays[0] < 1.0
+
+
+def test_closing_the_backend_ends_its_subscription_without_reconnecting(make_backend, redis_client):
+    """Closing a backend closes the subscription's connection and opens none again
+    (regression: the listener thread, reading the connection ``close()`` shut, took the
+    error for a lost server, and redis-py's retry opened it again, named like the client,
+    until the thread's next poll ended: a second after the close, or more on a busy
+    machine)."""
+    # redis-py's own retry, as a client built without options has it (the suite's
+    # clients fail at once instead).
+    default_retry = inspect.signature(redis.Redis).parameters["retry"].default
+    backend = make_backend(client_kwargs={"client_name": "forced-close", "retry": default_retry})
+
+    def named() -> set[int]:
+        return {
+            int(client["id"])
+            for primary in primaries_of(redis_client)
+            for client in primary.client_list()
+            if client["name"] == "forced-close"
+        }
+
+    with Lock("closing", backend=backend, timeout=LEASE):
+        assert listening(backend, 10.0)
+        time.sleep(0.3)  # the listener thread is in its poll's read
+    backend.client.close()  # from here on, only the engine's connections carry the name
+    assert named()
+    open_at_close = named()
+    backend.close()
+    seen: set[int] = set()
+    until = time.monotonic() + 1.5
+    while time.monotonic() < until:
+        seen |= named()
+        time.sleep(0.01)
+    assert not seen - open_at_close, "a connection was opened after the backend was closed"
+    assert not named()
