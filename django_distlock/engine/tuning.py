@@ -32,8 +32,9 @@ class Tuning:
     """Server-side timeout of one outstanding ``BLPOP``. Waking up is timed by the
     client (see ``AwaitWakeUp``); this only cleans up after a vanished client."""
     renewal_attempt: float = 1.0
-    """Longest one renewal attempt may take (less when the lease ends sooner). A renewal
-    that gets no answer in time is retried on a fresh connection while the lease lasts."""
+    """Longest one renewal attempt may take (at most half of what is left of the lease).
+    A renewal that gets no answer in time is retried on a fresh connection while the
+    lease lasts."""
     connection_wait: float = 5.0
     """Longest a request waits for a connection of the client's pool when the pool is at
     its ``max_connections``; then it raises ``LockBackendUnavailable`` naming that cap.

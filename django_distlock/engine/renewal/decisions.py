@@ -87,8 +87,12 @@ def on_grid(hold: Hold, due: float) -> float:
 
 
 def attempt_timeout(hold: Hold, now: float) -> float:
-    """How long one renewal attempt of ``hold`` may wait for its answer."""
-    return min(hold.backend.tuning.renewal_attempt, hold.valid_until_mono - now)
+    """How long one renewal attempt of ``hold`` may wait for its answer (0 or less: the
+    lease is over): ``Tuning.renewal_attempt`` at most, and half of what is left of the
+    lease, so that an attempt that gets no answer leaves time to try again on a fresh
+    connection."""
+    left = hold.valid_until_mono - now
+    return min(hold.backend.tuning.renewal_attempt, left / 2 if left > 0 else left)
 
 
 def abandoned_reason(hold: Hold) -> str:
