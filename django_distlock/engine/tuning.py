@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from .keys import MAX_SECONDS
+
 __all__ = ["Tuning", "ms"]
 
 
@@ -58,5 +60,26 @@ class Tuning:
     waiter_liveness_ms: int = field(init=False)
 
     def __post_init__(self) -> None:
+        for name in _KNOBS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise TypeError(f"Tuning.{name} takes seconds (a number), not {value!r}")
+            if not 0 <= value <= MAX_SECONDS or (value == 0 and name not in _MAY_BE_0):
+                least = "0" if name in _MAY_BE_0 else "more than 0"
+                raise ValueError(
+                    f"Tuning.{name} must be {least} to {MAX_SECONDS} seconds, not {value!r}"
+                )
+        if self.wait_cap >= self.waiter_liveness:
+            # A fair waiter confirms its place at least every wait_cap seconds.
+            raise ValueError(
+                f"Tuning.waiter_liveness ({self.waiter_liveness} s) must be longer than "
+                f"wait_cap ({self.wait_cap} s): a fair waiter's place would lapse between "
+                "two of its confirmations"
+            )
         object.__setattr__(self, "fence_memory_ms", ms(self.fence_memory))
         object.__setattr__(self, "waiter_liveness_ms", ms(self.waiter_liveness))
+
+
+_KNOBS = tuple(name for name in Tuning.__dataclass_fields__ if not name.endswith("_ms"))
+_MAY_BE_0 = frozenset({"fence_memory", "failover_ride_out", "replica_grace"})
+"""Knobs for which 0 turns something off (no counter memory, no ride-out, no grace)."""
