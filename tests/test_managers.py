@@ -432,7 +432,7 @@ def _wait_until_parked(client: redis.Redis, name: str) -> None:
 def test_force_release_wakes_a_waiter(redis_client, force_releases, monkeypatch):
     # Waiters re-check at least every wait_cap seconds and at the holder's lease end:
     # make both far away, so only the release's wake-up can hand the lock over in time.
-    monkeypatch.setattr(get_backend(), "tuning", Tuning(wait_cap=60.0))
+    monkeypatch.setattr(get_backend(), "tuning", Tuning(wait_cap=60.0, waiter_liveness=120.0))
     waiter_got_it = threading.Event()
 
     def wait_for_lock() -> None:
