@@ -585,15 +585,15 @@ class Snapshot:
         self.holds = holds
 
     def _read(
-        self, rows: Sequence[Raw], *, values: bool, scores: bool
+        self, rows: Sequence[Raw], *, values: bool, scores: bool, holders: bool = False
     ) -> tuple[list[Raw | None], list[int | None], list[Raw | None], list[int]]:
         """The values and/or remaining leases (ms) of ``rows``, ``None`` for the holds
         gone; one round trip per node (``MGET``, ``HMGET`` and ``ZMSCORE`` per bucket,
         whose keys share a slot). A shared or limited hold's value is its holders' hash
         entry behind its token (the layout of an exclusive lock's value); the third list
-        has the ``#kind`` of its lock (``None`` for exclusive holds), the fourth how many
-        live holds its lock has (counted in its sorted set of holders, with the values:
-        a window may have read only some of them)."""
+        has the ``#kind`` of its lock (``None`` for exclusive holds); with ``holders``,
+        the fourth how many live holds its lock has (counted in its sorted set of holders:
+        a window may have read only some of them), else 1 each."""
         if not rows:
             return [], [], [], []
         prefix = self.backend.prefix
@@ -631,6 +631,7 @@ class Snapshot:
                     tokens = (holds[rows[i]][1] for i in indexes)
                     command = ("HMGET", keys.holders, "#kind", *tokens)
                     by_node.setdefault(node, []).append((bucket, ("h", indexes, command)))
+                if holders:
                     live = self.now_by_bucket.get(bucket, 0)
                     command = ("ZCOUNT", keys.lock, live, "+inf")
                     by_node.setdefault(node, []).append((bucket, ("c", indexes, command)))
@@ -640,7 +641,7 @@ class Snapshot:
         read_values: list[Raw | None] = [None] * len(rows)
         read_ttls: list[int | None] = [None] * len(rows)
         kinds: list[Raw | None] = [None] * len(rows)
-        holders = [1] * len(rows)
+        counts = [1] * len(rows)
         for node, requests in by_node.items():
             replies = answered(driver.pipeline(node, [request[2] for _, request in requests]))
             for (bucket, (kind, chunk, _)), reply in zip(requests, replies, strict=True):
@@ -649,7 +650,7 @@ class Snapshot:
                     continue
                 if kind == "c":
                     for i in chunk:
-                        holders[i] = int(reply)
+                        counts[i] = int(reply)
                     continue
                 now_ms = self.now_by_bucket.get(bucket)
                 for i, item in zip(chunk, reply, strict=True):
@@ -658,7 +659,7 @@ class Snapshot:
                     elif item is not None:
                         end = score_ms(item)
                         read_ttls[i] = end - now_ms if now_ms is not None else 0
-        return read_values, read_ttls, kinds, holders
+        return read_values, read_ttls, kinds, counts
 
     def values_of(self, rows: Sequence[Raw]) -> list[Raw | None]:
         """The values of ``rows`` (``None`` for the holds gone)."""
@@ -666,7 +667,7 @@ class Snapshot:
 
     def records(self, rows: Sequence[Raw]) -> list[LockRecord]:
         """The holds ``rows``, in that order, leaving out the ones gone."""
-        values, ttls, kinds, holders = self._read(rows, values=True, scores=True)
+        values, ttls, kinds, holders = self._read(rows, values=True, scores=True, holders=True)
         records = []
         for row, value, ttl, kind, count in zip(rows, values, ttls, kinds, holders, strict=True):
             if ttl is None:

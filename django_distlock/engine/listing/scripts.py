@@ -10,6 +10,14 @@ from ..protocol.ops import Script
 
 __all__ = ["LIST_BUCKETS", "LIST_INDEX", "LIST_WINDOW"]
 
+# Sets `now_ms` (a number) and `now_text` (it as an integer string, for score ranges)
+# from the server clock.
+_NOW = r"""local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+-- A key lives until its expiry time is strictly past: live entries score now or more.
+local now_text = string.format('%.0f', now_ms)
+"""
+
 
 LIST_INDEX = Script(
     "list_index",
@@ -24,11 +32,9 @@ LIST_INDEX = Script(
 --         {now_ms, count, holds_count} for '#'; entries whose lease is over are left
 --         out (and dropped from KEYS[1]; the scripts that add holds prune KEYS[2]), and
 --         holds is '' or 0 without KEYS[2]
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
--- A key lives until its expiry time is strictly past: live entries score now or more.
-local now_text = string.format('%.0f', now_ms)
--- Pruned, then counted: ZCOUNT would decode every score of a small (listpack) set.
+"""
+    + _NOW
+    + r"""-- Pruned, then counted: ZCOUNT would decode every score of a small (listpack) set.
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. now_text)
 -- The holds' index is only read: one command per bucket, which servers holding
 -- exclusive locks only pay too (on a missing key it costs next to nothing).
@@ -81,10 +87,9 @@ LIST_BUCKETS = Script(
 --         list_index returns after now_ms (counts for '#'); a cluster cannot run it (its
 --         buckets live in different slots), a single server answers at once what 256
 --         pipelined list_index calls would
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local now_text = string.format('%.0f', now_ms)
-local result = {now_ms}
+"""
+    + _NOW
+    + r"""local result = {now_ms}
 for i = 1, #KEYS, 2 do
   redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', '(' .. now_text)
   if ARGV[1] == '#' then
@@ -115,11 +120,9 @@ LIST_WINDOW = Script(
 -- returns {now_ms, entries_1, more_1, holds_1, more_holds_1, entries_2, ...}: per bucket
 --         the entries as list_index joins them ('name\0score...', 'name\0token\0score...')
 --         and 1 when that index may hold more matching entries past its last one, else 0
-local now = redis.call('TIME')
-local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
--- A key lives until its expiry time is strictly past: live entries score now or more.
-local now_text = string.format('%.0f', now_ms)
-local ascending = ARGV[1] == 'asc'
+"""
+    + _NOW
+    + r"""local ascending = ARGV[1] == 'asc'
 local wanted = tonumber(ARGV[2])
 local lookups = {}
 for i = 3, #ARGV, 2 do lookups[#lookups + 1] = {ARGV[i], ARGV[i + 1]} end

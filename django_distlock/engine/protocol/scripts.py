@@ -24,9 +24,9 @@ what tells the kinds apart, so an exclusive acquire of a free lock costs what it
 The scripts come by what they serve: the Lua fragments the scripts share (the clock, the
 fair queue, the wake-up, pruning holders, the next fence, spliced into the branches that
 need them: the common paths, a free lock with nobody waiting, run no more commands than
-they must), then a plain lock's, shared and limited holds', and several names at once (the listing's
-own, which read the locks held now, are :mod:`..listing.scripts`). A script is a
-:class:`~.ops.Script`.
+they must), then a plain lock's, shared and limited holds', and several names at once.
+The listing's own scripts, which read the locks held now, are :mod:`..listing.scripts`.
+A script is a :class:`~.ops.Script`.
 """
 
 from __future__ import annotations
