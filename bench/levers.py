@@ -84,6 +84,11 @@ def main() -> None:
     parser.add_argument("--head", default="tree", help="git revision, variant file or tree")
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--cycles", type=int, default=2000)
+    parser.add_argument(
+        "--waiting",
+        action="store_true",
+        help="one live unfair waiter stays registered: every release wakes it",
+    )
     args = parser.parse_args()
     sides = {"base": scripts_of(args.base), "head": scripts_of(args.head)}
     keys = LockKeys.for_name("distlock:", "bench")
@@ -97,6 +102,11 @@ def main() -> None:
         per: dict[str, dict[str, list[float]]] = {
             s: {"script": [], "cpu": [], "cmds": []} for s in sides
         }
+        if args.waiting:
+            # Registered as an unfair waiter is, for an hour: every release runs the
+            # wake-up and pushes to the shared signal list.
+            until_ms = int(client.time()[0]) * 1000 + 3_600_000
+            client.zadd(keys.waiters, {"w-other": until_ms})
         for number in range(args.rounds):
             order = list(sides) if number % 2 == 0 else list(reversed(sides))
             for side in order:
@@ -121,8 +131,9 @@ def main() -> None:
         base, head = per["base"][field], per["head"][field]
         ratio = median([h / b for h, b in zip(head, base, strict=True)])
         rows.append([label, f"{median(base):.2f}", f"{median(head):.2f}", f"{ratio:.3f}"])
+    cycle = "acquire+release cycle waking a waiter" if args.waiting else "uncontended cycle"
     print(
-        f"Per uncontended acquire+release cycle, {args.rounds} rounds x {args.cycles} cycles, "
+        f"Per {cycle}, {args.rounds} rounds x {args.cycles} cycles, "
         f"{placed}; base {args.base}, head {args.head}:\n"
     )
     print(table(["per cycle", "base", "head", "head/base (median of rounds)"], rows))

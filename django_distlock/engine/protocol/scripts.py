@@ -92,15 +92,17 @@ QUEUE_HEAD = r"""
 # futile re-check. Sets `woken_head` to the first live fair waiter, whom the caller wakes
 # (its list is not among our keys), or pushes to the shared signal list of unfair
 # waiters. That list holds at most one element so that a burst of releases cannot become
-# a burst of futile retries.
+# a burst of futile retries. Whether anybody still waits is asked again only when the
+# prune removed somebody.
 WAKE_ONE = (
     r"""
 if redis.call('EXISTS', KEYS[3]) == 1 then
   local head = false"""
     + NOW
     + r"""
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', '(' .. string.format('%.0f', now_ms))
-  if redis.call('EXISTS', KEYS[3]) == 1 then"""
+  local below = '(' .. string.format('%.0f', now_ms)
+  local lapsed = redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', below)
+  if lapsed == 0 or redis.call('EXISTS', KEYS[3]) == 1 then"""
     + QUEUE_HEAD
     + r"""
     if head then

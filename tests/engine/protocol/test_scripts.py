@@ -237,6 +237,26 @@ def test_a_release_names_the_fair_waiter_whose_turn_it_is(redis_client):
     assert redis_client.lrange(KEYS.wake("w1"), 0, -1) == [b"1"]
 
 
+@pytest.mark.parametrize(
+    ("waiters", "woken"),
+    [
+        ({"live": 3_600_000}, True),
+        ({"lapsed": -1_000}, False),
+        ({"lapsed": -1_000, "live": 3_600_000}, True),
+    ],
+    ids=["one live", "only lapsed", "lapsed and live"],
+)
+def test_a_release_wakes_an_unfair_waiter_only_while_one_is_live(redis_client, waiters, woken):
+    """A release pushes to the shared signal list while a live waiter is registered, and
+    drops lapsed waiters without a wake-up nobody would take."""
+    now_ms = server_time_us(redis_client) // 1000
+    redis_client.zadd(KEYS.waiters, {w: now_ms + ms for w, ms in waiters.items()})
+    hold(redis_client, "mine", 5_000)
+    assert redis_client.eval(RELEASE.source, 10, *KEYS.all(), "mine", "raw", 3000) == b"released"
+    assert redis_client.lrange(KEYS.signal, 0, -1) == ([b"1"] if woken else [])
+    assert redis_client.zrange(KEYS.waiters, 0, -1) == ([b"live"] if woken else [])
+
+
 def test_every_key_a_script_touches_is_declared():
     """No script builds a key name: every key argument of redis.call is KEYS[i]."""
     pattern = re.compile(r"redis\.p?call\('(\w+)',\s*([^,)]+)")
