@@ -545,6 +545,19 @@ def test_held_locks_pages_fit_the_window(
     assert box["page"] <= box["viewport"], box
     assert scrolls_itself(page, "#heldlocks-results")
     assert "Owner (host, PID, thread)" in (page.locator("#heldlocks thead").text_content() or "")
+    if width >= OPERATOR_VIEWPORT["width"]:
+        # Every column is on screen beside a long context, which is cut short and shown
+        # whole on hover: the TTL the page is ordered by too.
+        cells = page.locator("#heldlocks thead th, #heldlocks td.ttl").all()
+        assert len(cells) == 9 + 3
+        shown = page.evaluate(
+            "() => document.getElementById('heldlocks-results').getBoundingClientRect().right"
+        )
+        for cell in cells:
+            right = cell.evaluate("cell => cell.getBoundingClientRect().right")
+            assert right <= shown, (cell.text_content(), right, shown)
+        contexts = page.locator("#heldlocks td.context")
+        assert contexts.first.get_attribute("title") == LONG_CONTEXT
 
     page.goto(f"{live_server.url}{reverse('admin:django_distlock_heldlock_detail')}?name={name}")
     assert is_png(save_screenshot(page, f"admin-heldlock-detail-{width}.png"))

@@ -152,6 +152,12 @@ class Waiter:
         """Block (a ``BLPOP`` on our wake-up list for ``lock``, opened once) until a
         release wakes us or the :func:`wake_time` of the attempt sent at ``sent_at``; at
         once when a wake-up reached us as our timer fired."""
+        if self.consumed_from not in (None, lock):
+            # A group woken by a release of one lock found another busy: it did not use
+            # that wake-up, and it now waits elsewhere; the released lock's next waiter
+            # gets it (if this is lost, at its own re-check).
+            with contextlib.suppress(LockError):
+                yield from self._pass_on(self.consumed_from, registered=True)
         if self.timer_fired and self.consumed_from is not None:
             self.timer_fired, self.consumed_from = False, None
             return
@@ -198,15 +204,18 @@ class Waiter:
                 assert lock is not None
                 yield from self._pass_on(lock)
 
-    def _pass_on(self, lock: LockKeys, *, end_wait: bool = False) -> Generator[Op, Any, bool]:
+    def _pass_on(
+        self, lock: LockKeys, *, end_wait: bool = False, registered: bool = False
+    ) -> Generator[Op, Any, bool]:
         """One ``PASS_ON`` undoing all we left on ``lock``; ``end_wait``: it ends our
-        ``BLPOP`` too, and we return whether that ``BLPOP`` had consumed a wake-up."""
+        ``BLPOP`` too, and we return whether that ``BLPOP`` had consumed a wake-up;
+        ``registered``: we may be among its waiters even if we registered elsewhere since."""
         queued = self.queued and lock == self.queue
         writer = lock in self.writer_of
         handed_on = self.consumed_from == lock
-        registered = self.registered_on == lock
+        registered = registered or self.registered_on == lock
         self.queued = self.queued and not queued
-        if registered:
+        if self.registered_on == lock:
             self.registered_on = None
         if writer:
             self.writer_of.remove(lock)

@@ -16,7 +16,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from django_distlock.engine import Backend, Lock, LockGroup, LockLost
+from django_distlock.engine import Backend, Lock, LockGroup, LockLost, Tuning
 from tests.support.engine import (
     HOST,
     Api,
@@ -188,6 +188,41 @@ async def test_a_group_released_with_nobody_left_waiting_wakes_nobody(api, backe
     for name in names:
         assert not redis_client.exists(keys_of(name).signal), name
         assert not redis_client.exists(keys_of(name).waiters), name
+
+
+async def test_a_group_woken_for_a_name_it_cannot_take_yet_hands_the_wake_up_on(
+    api, make_backend, redis_client
+):
+    """The release of the group's first name wakes the group, which blocked first; its
+    attempt finds the second name busy. The next waiter of the first name gets the
+    wake-up the group did not use, and takes the lock at once: the wake-up was dropped,
+    and that waiter slept until its own re-check (its deadline here)."""
+    backend = make_backend(tuning=Tuning(wait_cap=30.0, waiter_liveness=60.0))
+    first = "hand-on:a"
+    # Names of one bucket are taken by one script on every topology (a cluster takes a
+    # group's buckets one after another).
+    second = next(
+        name
+        for name in (f"hand-on:{n}" for n in itertools.count())
+        if name != first and keys_of(name).bucket == keys_of(first).bucket
+    )
+    holder = Lock(first, backend=backend, timeout=60, auto_renew=False)
+    blocker = Lock(second, backend=backend, timeout=60, auto_renew=False)
+    await api.acquire(holder)
+    group = LockGroup([first, second], backend=backend, timeout=60, auto_renew=False)
+    grouped = waiter(api, group, blocking_timeout=30)
+    await await_until(lambda: blocked_clients(redis_client) == 1)
+    await api.acquire(blocker)
+    pending = waiter(api, Lock(first, backend=backend, timeout=60), blocking_timeout=10)
+    await await_until(lambda: blocked_clients(redis_client) == 2)
+    released_at = time.monotonic()
+    await api.release(holder)
+    acquired, at, _ = await pending
+    assert acquired
+    assert at - released_at < 5  # woken, where its re-check was 10 s away
+    await api.release(blocker)
+    acquired, _, _ = await grouped
+    assert acquired
 
 
 # -- fairness ---------------------------------------------------------------------------

@@ -471,6 +471,22 @@ def test_a_group_woken_and_found_busy_again_waits_for_its_timer():
     abandon(generator)
 
 
+def test_a_group_woken_for_one_name_and_found_busy_on_another_hands_the_wake_up_on():
+    """A group woken by a release of its first name, whose attempt then finds its second
+    name busy, did not use that wake-up: it hands it on to the first name's next waiter
+    (and leaves that name's waiters) before it waits for the second."""
+    generator, _ = group_steps(blocking=True)
+    assert generator.send([b"busy", 60_000, 1, b""]) == StartWait((KEYS.wake(WAITER), KEYS.signal))
+    generator.send(None)  # AwaitWakeUp
+    assert generator.send(Wake.WOKEN).script is MANY_ACQUIRE
+    op = generator.send([b"busy", 60_000, 2, b""])  # "job" is free now, "other" is not
+    assert op.script is PASS_ON
+    assert op.keys[0] == KEYS.lock
+    assert op.args == ("", Tuning().waiter_liveness_ms, "1", "", "", WAITER)
+    assert generator.send(DONE) == StartWait((OTHER_KEYS.wake(WAITER), OTHER_KEYS.signal))
+    abandon(generator)
+
+
 def test_a_group_leaving_hands_on_a_wake_up_and_its_writer_place_in_one_call():
     """Leaving undoes all it left on a lock in one PASS_ON, as one lock does: the writers
     it joined, a wake-up it consumed there and its place among those who wait (the
