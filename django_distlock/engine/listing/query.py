@@ -277,14 +277,7 @@ class Listing:
                 if read.may_hide_rows_before(cut, descending=descending)
             ]
             wanted *= 4
-        names: list[Raw] = []
-        ends_of: dict[Raw, int] = {}
-        holds: dict[Raw, tuple[Raw, Raw]] = {}
-        for read in reads.values():
-            names += _add_entries(read.entries, ends_of)
-            if read.holds:
-                add_holds(read.holds, holds, ends_of)
-        now_by_bucket = {bucket: int(read.now_ms) for bucket, read in reads.items()}
+        names, ends_of, holds, now_by_bucket = _gathered(reads.items())
         return Snapshot(self.backend, names + list(holds), ends_of, now_by_bucket, holds)
 
     def _window(
@@ -331,15 +324,7 @@ class Listing:
             ]
         else:
             replies = [] if exact is not None else self._every_bucket("*")
-        names: list[Raw] = []
-        ends: dict[Raw, int] = {}
-        holds: dict[Raw, tuple[Raw, Raw]] = {}
-        now_by_bucket: dict[int, int] = {}
-        for bucket, read in zip(buckets, replies, strict=True):
-            now_by_bucket[bucket] = int(read.now_ms)
-            if read.holds:
-                add_holds(read.holds, holds, ends)
-            names += _add_entries(read.entries, ends)
+        names, ends, holds, now_by_bucket = _gathered(zip(buckets, replies, strict=True))
         rows = _filtered(names, filters)
         if holds:
             rows += _filtered_holds(holds, filters)
@@ -358,16 +343,31 @@ def _by_lease_end(query: LockQuery) -> bool:
     )
 
 
-def _add_entries(joined: Raw, ends: dict[Raw, int]) -> list[Raw]:
-    """The names of one bucket's exclusive holds (``name NUL lease_end ...``, as the
-    listing scripts join them), their lease ends added to ``ends``."""
+def _gathered(
+    reads: Iterable[tuple[int, BucketRead | WindowRead]],
+) -> tuple[list[Raw], dict[Raw, int], dict[Raw, tuple[Raw, Raw]], dict[int, int]]:
+    """The buckets' reads together: the names of the exclusive holds, every row's lease
+    end, the shared and limited holds (row -> name, token) and each bucket's clock."""
+    names: list[Raw] = []
+    ends: dict[Raw, int] = {}
+    holds: dict[Raw, tuple[Raw, Raw]] = {}
+    now_by_bucket: dict[int, int] = {}
+    for bucket, read in reads:
+        now_by_bucket[bucket] = int(read.now_ms)
+        if read.holds:
+            add_holds(read.holds, holds, ends)
+        flat = _fields(read.entries)
+        names += flat[0::2]
+        for name, score in zip(flat[0::2], flat[1::2], strict=True):
+            ends[name] = int(score)
+    return names, ends, holds, now_by_bucket
+
+
+def _fields(joined: Raw) -> list[Raw]:
+    """The fields of rows the listing scripts joined with NUL (none for ``''``)."""
     if not joined:
         return []
-    flat = joined.split(b"\0" if isinstance(joined, bytes) else "\0")  # type: ignore[arg-type]
-    names = flat[0::2]
-    for name, score in zip(names, flat[1::2], strict=True):
-        ends[name] = int(score)
-    return names
+    return joined.split(b"\0" if isinstance(joined, bytes) else "\0")  # type: ignore[arg-type]
 
 
 @functools.lru_cache(maxsize=16)
@@ -535,10 +535,7 @@ class WindowRead(NamedTuple):
 
 def _ends(joined: Raw, width: int) -> list[Raw]:
     """The lease ends in ``joined`` rows of ``width`` fields, the last field each."""
-    if not joined:
-        return []
-    flat = joined.split(b"\0" if isinstance(joined, bytes) else "\0")  # type: ignore[arg-type]
-    return flat[width - 1 :: width]
+    return _fields(joined)[width - 1 :: width]
 
 
 def answered(replies: list[Any]) -> list[Any]:
@@ -554,7 +551,7 @@ def add_holds(joined: Raw, holds: dict[Raw, tuple[Raw, Raw]], ends: dict[Raw, in
     as :data:`~.scripts.LIST_INDEX` joins them) to ``holds`` (row ->
     name, token) and ``ends``."""
     nul = b"\0" if isinstance(joined, bytes) else "\0"
-    flat = joined.split(nul)  # type: ignore[arg-type]
+    flat = _fields(joined)
     for i in range(0, len(flat) - 2, 3):
         name, token = flat[i], flat[i + 1]
         row = name + nul + token  # type: ignore[operator]
