@@ -38,6 +38,7 @@ __all__ = [
     "END_WAIT",
     "EXPIRE_HOLDERS",
     "EXTEND",
+    "EXTEND_MANY",
     "HOLDER_ACQUIRE",
     "HOLDER_EXTEND",
     "HOLDER_RELEASE",
@@ -479,6 +480,38 @@ local now = redis.call('TIME')
 local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 redis.call('ZADD', KEYS[2], now_ms + new_ms, ARGV[3])
 return new_ms
+""",
+)
+
+EXTEND_MANY = Script(
+    "extend_many",
+    r"""-- extend_many: renew the leases of several locks, each held with its token.
+-- KEYS[1] a lock  KEYS[2] its bucket's listing index, then the same two of each next
+--         lock (KEYS[2i-1], KEYS[2i]); on a Cluster, locks of one bucket only
+-- ARGV[1] token  ARGV[2] milliseconds  ARGV[3] lock name (index member) of the first
+--         lock, then the same three of each next (ARGV[3i-2..3i]): a lease is raised to
+--         at least that many ms, never shortened (as extend's 'renew')
+-- returns one new PTTL in ms per lock, or -2 where it is not held with its token
+local now = redis.call('TIME')
+local now_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local leases = {}
+for i = 1, #KEYS / 2 do
+  local token = ARGV[3 * i - 2]
+  -- pcall: a lock held shared or limited is a sorted set (GET refuses it), not ours here.
+  local value = redis.pcall('GET', KEYS[2 * i - 1])
+  if type(value) ~= 'string' or string.sub(value, 1, #token + 1) ~= token .. '\n' then
+    leases[i] = -2
+  else
+    -- GT: a longer lease (the holder extended it) is kept, and then read.
+    local new_ms = tonumber(ARGV[3 * i - 1])
+    if redis.call('PEXPIRE', KEYS[2 * i - 1], new_ms, 'GT') == 0 then
+      new_ms = redis.call('PTTL', KEYS[2 * i - 1])
+    end
+    redis.call('ZADD', KEYS[2 * i], now_ms + new_ms, ARGV[3 * i])
+    leases[i] = new_ms
+  end
+end
+return leases
 """,
 )
 

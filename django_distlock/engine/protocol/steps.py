@@ -15,7 +15,7 @@ import math
 import os
 import random
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +28,7 @@ from .replies import OtherKind, Taken, TakenMany, acquire_reply, many_reply, rel
 from .scripts import (
     ACQUIRE,
     EXTEND,
+    EXTEND_MANY,
     HOLDER_ACQUIRE,
     HOLDER_EXTEND,
     HOLDER_RELEASE,
@@ -50,6 +51,7 @@ __all__ = [
     "acquire_steps",
     "after_release_of",
     "extend_call",
+    "extend_many_call",
     "holder_member",
     "new_token",
     "owner_metadata",
@@ -136,6 +138,15 @@ def extend_call(hold: Hold, seconds: float, mode: str) -> Call:
             (hold.token, ms(seconds), member, mode),
         )
     return Call(EXTEND, (keys.lock, keys.index), (hold.token, ms(seconds), hold.name, mode))
+
+
+def extend_many_call(holds: Sequence[Hold]) -> Call:
+    """One script call renewing exclusive ``holds`` (of one bucket on a Cluster), each to
+    at least its full lease (``"renew"``); its reply is a list of what
+    :func:`extend_call`'s would be, in the order of ``holds``."""
+    keys = tuple(key for hold in holds for key in (hold.keys.lock, hold.keys.index))
+    args = tuple(arg for hold in holds for arg in (hold.token, ms(hold.lease), hold.name))
+    return Call(EXTEND_MANY, keys, args)
 
 
 def release_call(keys: LockKeys, token: str, liveness_ms: int, mode: str = EXCLUSIVE) -> Call:

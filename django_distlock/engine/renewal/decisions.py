@@ -14,15 +14,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..exceptions import LockError
+from ..keys import EXCLUSIVE
 from ..protocol.hold import Event, Hold, LostCause, hold_event, report_loss
 from ..protocol.ops import Call
 from ..protocol.replies import released_reply
-from ..protocol.steps import extend_call, release_call
+from ..protocol.scripts import EXTEND_MANY
+from ..protocol.steps import extend_call, extend_many_call, release_call
 from ..protocol.waiting import wake_call
 
 __all__ = [
     "GIVE_BACK",
     "RELEASE_AGAIN",
+    "RENEWALS_PER_CALL",
     "RenewalPlan",
     "abandoned_reason",
     "abandoned_release_call",
@@ -246,14 +249,22 @@ Submit = Callable[..., None]
 """Runs a report off the renewal path: ``submit(function, *args)`` (the notifier)."""
 
 
+RENEWALS_PER_CALL = 100
+"""Renewals of exclusive holds that share one script call at most: the server runs them
+without another command in between (a few µs each)."""
+
+
 @dataclass(slots=True)
 class RenewalPlan:
-    """What one renewal round trip sends for holds due together: a call per hold (a
-    renewal, or the release of a hold nobody will release any more), why each abandoned
-    one is, and how long the round trip may take."""
+    """What one renewal round trip sends for holds due together: the calls (a release
+    of a hold nobody will release any more, a renewal, or the renewals of several
+    exclusive holds in one call), which of :attr:`holds` each answers, why
+    each abandoned hold is, and how long the round trip may take."""
 
     holds: list[Hold]
     calls: list[Call]
+    answers: list[tuple[int, ...]]
+    """For each call, the indexes in :attr:`holds` it answers, in its reply's order."""
     abandoned: list[str]
     timeout: float
 
@@ -262,19 +273,41 @@ class RenewalPlan:
         """The lock name errors should carry (``None`` for several)."""
         return self.holds[0].name if len(self.holds) == 1 else None
 
+    def replies(self, replies: list[Any]) -> list[Any]:
+        """The reply for each of :attr:`holds`, from the ``replies`` to :attr:`calls` (a
+        reply or a :class:`LockError` each): a batched renewal's list is spread over its
+        holds, its error given to each."""
+        spread: list[Any] = [None] * len(self.holds)
+        for call, reply, answered in zip(self.calls, replies, self.answers, strict=True):
+            if call.script is not EXTEND_MANY:
+                spread[answered[0]] = reply
+                continue
+            if not isinstance(reply, list) or len(reply) != len(answered):
+                if not isinstance(reply, LockError):
+                    reply = LockError(f"unexpected reply to a batched renewal: {reply!r}")
+                reply = [reply] * len(answered)
+            for index, part in zip(answered, reply, strict=True):
+                spread[index] = part
+        return spread
 
-def plan_renewals(holds: list[Hold], now: float, submit: Submit) -> RenewalPlan:
-    """The round trip renewing ``holds`` at monotonic ``now``. A hold whose lease is
-    already over is not sent: it is marked lost and its holder told (``submit``)."""
+
+def plan_renewals(holds: list[Hold], now: float, submit: Submit, *, by_bucket: bool) -> RenewalPlan:
+    """The round trip renewing ``holds`` (of one server) at monotonic ``now``. A hold
+    whose lease is already over is not sent: it is marked lost and its holder told
+    (``submit``). Exclusive holds are renewed together, :data:`RENEWALS_PER_CALL` a call;
+    ``by_bucket`` (a Cluster, where a script touches one slot): those of one bucket."""
     sent: list[Hold] = []
     calls: list[Call] = []
+    answers: list[tuple[int, ...]] = []
     abandoned: list[str] = []
+    together: dict[int, list[int]] = {}
     timeout = math.inf
     for hold in holds:
         if hold.giving_back:
             if hold.expired(now):
                 hold.released = True  # its lease is over: nothing left to give back
                 continue
+            answers.append((len(sent),))
             sent.append(hold)
             abandoned.append(GIVE_BACK)
             calls.append(abandoned_release_call(hold))
@@ -286,13 +319,23 @@ def plan_renewals(holds: list[Hold], now: float, submit: Submit) -> RenewalPlan:
             if (report := end_lease(hold)) is not None:
                 submit(report, hold)
             continue
-        sent.append(hold)
         if hold.release_failed and not reason:
             reason = RELEASE_AGAIN
+        if not reason and hold.mode == EXCLUSIVE:
+            together.setdefault(hold.keys.bucket if by_bucket else 0, []).append(len(sent))
+        else:
+            answers.append((len(sent),))
+            calls.append(abandoned_release_call(hold) if reason else renewal_call(hold))
+        sent.append(hold)
         abandoned.append(reason)
-        calls.append(abandoned_release_call(hold) if reason else renewal_call(hold))
         timeout = min(timeout, left)
-    return RenewalPlan(sent, calls, abandoned, max(timeout, 0.001) if sent else 0.0)
+    for indexes in together.values():
+        for start in range(0, len(indexes), RENEWALS_PER_CALL):
+            batch = tuple(indexes[start : start + RENEWALS_PER_CALL])
+            answers.append(batch)
+            batched = [sent[index] for index in batch]
+            calls.append(renewal_call(batched[0]) if len(batch) == 1 else extend_many_call(batched))
+    return RenewalPlan(sent, calls, answers, abandoned, max(timeout, 0.001) if sent else 0.0)
 
 
 def after_renewals(

@@ -217,15 +217,16 @@ def renew_now(
     if not holds:
         return
     sent_at = time.monotonic()
-    plan = plan_renewals(holds, sent_at, submit)
+    backend = holds[0].backend
+    plan = plan_renewals(holds, sent_at, submit, by_bucket=backend.routes().is_cluster)
     if not plan.holds:
         return
-    driver = SyncDriver(plan.holds[0].backend, plan.name)
+    driver = SyncDriver(backend, plan.name)
     timeout = plan.timeout if within is None else min(plan.timeout, within)
     try:
-        replies: list[Any] = driver.call_many(plan.calls, timeout)
+        replies: list[Any] = plan.replies(driver.call_many(plan.calls, timeout))
     except LockError as exc:
-        replies = [exc] * len(plan.calls)
+        replies = [exc] * len(plan.holds)
     wakes = after_renewals(plan, replies, sent_at, submit, schedule)
     if wakes:  # fair waiters whose turn came with a release: best effort
         with contextlib.suppress(LockError):
@@ -420,18 +421,29 @@ class LoopWatchdog:
     async def _renew_on(self, holds: list[Hold]) -> None:
         sent_at = time.monotonic()
         submit = notifier().submit
-        plan = plan_renewals(holds, sent_at, submit)
+        backend = holds[0].backend
+        plan = plan_renewals(holds, sent_at, submit, by_bucket=await _on_cluster(backend))
         if not plan.holds:
             return
-        driver = AsyncDriver(plan.holds[0].backend, plan.name)
+        driver = AsyncDriver(backend, plan.name)
         try:
-            replies: list[Any] = await driver.call_many(plan.calls, plan.timeout)
+            replies: list[Any] = plan.replies(await driver.call_many(plan.calls, plan.timeout))
         except LockError as exc:
-            replies = [exc] * len(plan.calls)
+            replies = [exc] * len(plan.holds)
         wakes = after_renewals(plan, replies, sent_at, submit, self._schedule)
         if wakes:
             with contextlib.suppress(LockError):
                 await driver.call_many(wakes, plan.timeout)
+
+
+async def _on_cluster(backend: Backend) -> bool:
+    """Whether the running loop's routes of ``backend`` are a Cluster's (where a script
+    renews the holds of one bucket only); when they cannot be had, as if they were, which
+    is right on every topology."""
+    try:
+        return (await backend.aroutes()).is_cluster
+    except Exception:  # noqa: BLE001 - the renewals then say what failed
+        return True
 
 
 _thread_watchdogs = process.PerProcess(ThreadWatchdog)

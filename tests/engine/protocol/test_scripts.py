@@ -7,12 +7,14 @@ import re
 
 import pytest
 import redis
+from redis.cluster import RedisCluster
 
 from django_distlock.engine import LockKeys
 from django_distlock.engine.listing.scripts import LIST_BUCKETS, LIST_INDEX, LIST_WINDOW
 from django_distlock.engine.protocol.scripts import (
     ACQUIRE,
     EXTEND,
+    EXTEND_MANY,
     HOLDER_ACQUIRE,
     HOLDER_EXTEND,
     HOLDER_RELEASE,
@@ -30,6 +32,7 @@ SCRIPTS = [
     ACQUIRE,
     RELEASE,
     EXTEND,
+    EXTEND_MANY,
     TTL,
     PASS_ON,
     WAKE,
@@ -83,6 +86,50 @@ def test_extend_modes(redis_client):
     assert redis_client.pttl(KEYS.lock) > 8_800
     # The listing index says when the lease now ends, on the server clock.
     assert before_ms + new_ms <= redis_client.zscore(KEYS.index, "raw") <= after_ms + new_ms
+
+
+def test_extend_many_renews_each_lock_held_with_its_token_and_no_other(redis_client):
+    """One call renews several locks (of several buckets on one server, of one on a
+    Cluster): a lock held with
+    its token gets at least its lease (a longer one is kept) and its bucket's index entry;
+    a lock held with another token (or one its token is a prefix of), held shared, or not
+    held answers -2 and is left as it was."""
+    names = [LockKeys.for_name("distlock:", f"many:{number}") for number in range(20_000)]
+    if isinstance(redis_client, RedisCluster):  # one bucket: one slot
+        names = [keys for keys in names if keys.bucket == names[0].bucket]
+    locks = names[:6]
+    short, long, other, prefix, shared, missing = locks
+    for keys, token, px in ((short, "t1", 1_000), (long, "t2", 9_000), (other, "x", 4_000)):
+        redis_client.set(keys.lock, f"{token}\n1\n1\n{px}\n{{}}", px=px)
+    redis_client.set(prefix.lock, "t4x\n1\n1\n4000\n{}", px=4_000)
+    redis_client.zadd(shared.lock, {"t5": server_time_us(redis_client) // 1000 + 4_000})
+    tokens = ("t1", "t2", "t3", "t4", "t5", "t6")
+    keys_and_args = [
+        (keys.lock, keys.index, token, 5_000, keys.name)
+        for keys, token in zip(locks, tokens, strict=True)
+    ]
+    before_ms = server_time_us(redis_client) // 1000
+    leases = redis_client.eval(
+        EXTEND_MANY.source,
+        12,
+        *(key for row in keys_and_args for key in row[:2]),
+        *(arg for row in keys_and_args for arg in row[2:]),
+    )
+    after_ms = server_time_us(redis_client) // 1000
+    assert leases[0] == 5_000
+    assert 8_900 < leases[1] <= 9_000
+    assert leases[2:] == [-2, -2, -2, -2]
+    assert 4_900 < redis_client.pttl(short.lock) <= 5_000
+    assert redis_client.pttl(long.lock) > 8_800
+    assert redis_client.pttl(other.lock) <= 4_000
+    assert redis_client.pttl(prefix.lock) <= 4_000
+    assert redis_client.type(shared.lock) == b"zset"
+    assert redis_client.exists(missing.lock) == 0
+    for keys, lease in ((short, leases[0]), (long, leases[1])):
+        score = redis_client.zscore(keys.index, keys.name)
+        assert before_ms + lease <= score <= after_ms + lease
+    for keys in (other, prefix, shared, missing):
+        assert redis_client.zscore(keys.index, keys.name) is None
 
 
 def test_scripts_only_act_on_their_own_token(redis_client):
@@ -265,7 +312,7 @@ def test_every_key_a_script_touches_is_declared():
         for command, first in pattern.findall(script.source):
             if command not in keyless:
                 assert re.fullmatch(
-                    r"KEYS\[(\d+|[45] \* i( - \d)?|#KEYS|i|i \+ 1)\]", first.strip()
+                    r"KEYS\[(\d+|[245] \* i( - \d)?|#KEYS|i|i \+ 1)\]", first.strip()
                 ), (
                     script.name,
                     command,

@@ -17,8 +17,11 @@ import pytest
 import redis
 import redis.asyncio
 
-from django_distlock.engine import Backend, Lock, LockLost, LockNotOwned
-from django_distlock.engine.protocol.scripts import EXTEND
+from django_distlock.engine import Backend, Lock, LockError, LockLost, LockNotOwned
+from django_distlock.engine.keys import bucket_of
+from django_distlock.engine.protocol.ops import Call
+from django_distlock.engine.protocol.scripts import EXTEND, EXTEND_MANY
+from django_distlock.engine.renewal import decisions
 from django_distlock.engine.renewal.watchdog import Notifier, _Lane
 from tests.support.engine import (
     HOST,
@@ -98,6 +101,63 @@ async def test_one_watchdog_renews_many_locks(api, backend, redis_client):
     assert all(redis_client.pttl(lock_key(f"many:{i}")) > 0 for i in range(30))
     for lock in locks:
         await api.release(lock)
+
+
+async def test_locks_of_one_bucket_renewed_in_one_call_are_each_kept_or_lost_alone(
+    api, observed_backend, recorder, redis_client, monkeypatch
+):
+    """The watchdog renews the exclusive holds of one bucket due together in one script
+    call: each is kept or lost on its own answer in that call's reply (one taken over and
+    one deleted among them are lost, the others renewed), a shared hold beside them is
+    renewed on its own call."""
+    batches: list[int] = []
+    batched = decisions.extend_many_call
+
+    def counted(holds):
+        batches.append(len(holds))
+        return batched(holds)
+
+    monkeypatch.setattr(decisions, "extend_many_call", counted)
+    first = bucket_of(f"mates:{0}")
+    names = [name for name in (f"mates:{i}" for i in range(20_000)) if bucket_of(name) == first]
+    locks = [Lock(name, backend=observed_backend, timeout=0.6) for name in names[:6]]
+    for lock in locks:
+        await api.acquire(lock)
+    shared = Lock(names[6], backend=observed_backend, timeout=0.6, shared=True)
+    await api.acquire(shared)
+    take_over(redis_client, names[1])
+    redis_client.delete(lock_key(names[4]))
+    await asyncio.sleep(1.4)  # more than two leases
+    assert max(batches, default=0) >= 2  # renewals did share a call
+    assert [lock.lost for lock in locks] == [False, True, False, False, True, False]
+    assert not shared.lost
+    for name in (names[0], names[2], names[3], names[5], names[6]):
+        assert redis_client.pttl(lock_key(name)) > 0
+    assert stored_lock(redis_client, names[1]).token == "another-token"
+    assert sorted(event.name for event in recorder.events if event.kind == "lost") == sorted(
+        [names[1], names[4]]
+    )
+    for lock in (*locks[:1], *locks[2:4], locks[5], shared):
+        await api.release(lock)
+    for lock in (locks[1], locks[4]):
+        with pytest.raises(LockLost):
+            await api.release(lock)
+
+
+def test_a_batched_renewal_reply_is_spread_over_its_holds_and_its_error_given_to_each():
+    """Each hold of a batched renewal gets its own element of the call's reply; an error
+    in place of the reply, or a reply of another shape, is an error for each of them."""
+    batch = Call(EXTEND_MANY, ("index", "a", "c"), ())
+    single = Call(EXTEND, ("b", "index"), ())
+    holds: list = ["a", "b", "c"]
+    plan = decisions.RenewalPlan(holds, [batch, single], [(0, 2), (1,)], ["", "", ""], 1.0)
+    assert plan.replies([[5_000, -2], 7_000]) == [5_000, 7_000, -2]
+    refused = LockError("refused")
+    assert plan.replies([refused, -2]) == [refused, -2, refused]
+    odd = plan.replies([[5_000], 7_000])
+    assert isinstance(odd[0], LockError)
+    assert odd[2] is odd[0]
+    assert odd[1] == 7_000
 
 
 async def test_renewal_stops_after_release(api, backend, redis_client):
