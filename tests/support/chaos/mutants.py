@@ -77,23 +77,39 @@ _SKIPPED = """-- a renewal answered as if done, the lease left alone
 return tonumber(ARGV[2])
 """
 
+_SKIPPED_MANY = """-- renewals of several locks answered as if done, the leases left alone
+-- returns ARGV[3i-1] for each lock, the milliseconds asked for
+local leases = {}
+for i = 1, #KEYS / 2 do leases[i] = tonumber(ARGV[3 * i - 1]) end
+return leases
+"""
+
 
 def _skipped_renewals() -> None:
     from django_distlock.engine.protocol.ops import Call, Script
     from django_distlock.engine.renewal import decisions as renewal
 
-    original = renewal.renewal_call
+    original, original_many = renewal.renewal_call, renewal.extend_many_call
     skipped = Script("skipped_renewal", _SKIPPED)
+    skipped_many = Script("skipped_renewals", _SKIPPED_MANY)
     counter = itertools.count()
 
+    # Renewals come every third of a lease: three skipped in a row let it run out. Those
+    # due together share a call (``extend_many_call``): skipped together.
     def renewal_call(hold: Any) -> Call:
         call = original(hold)
-        # Renewals come every third of a lease: three skipped in a row let it run out.
         if next(counter) % 4:
             return Call(skipped, call.keys, call.args)
         return call
 
+    def extend_many_call(holds: Any) -> Call:
+        call = original_many(holds)
+        if next(counter) % 4:
+            return Call(skipped_many, call.keys, call.args)
+        return call
+
     renewal.renewal_call = renewal_call
+    renewal.extend_many_call = extend_many_call
 
 
 def _fence_not_stored() -> None:
