@@ -673,7 +673,10 @@ class LockGroup:
         is held). Raises ``LockBackendUnavailable`` if Redis cannot be reached and
         ``LockError`` if the caller already holds them."""
         owner = threading.current_thread()
-        holds, steps, backend = self._begin(blocking, blocking_timeout, owner, running_task())
+        on_cluster = self._backend.routes().is_cluster
+        holds, steps, backend = self._begin(
+            blocking, blocking_timeout, owner, running_task(), on_cluster
+        )
         driver = SyncDriver(backend, self._first_name)
         outcome = driver.run(steps)
         if type(outcome) is NotReplicated:
@@ -690,7 +693,8 @@ class LockGroup:
     async def _aacquire(self, owner: Any, blocking: Any, blocking_timeout: Any) -> bool:
         if owner is None:
             owner = current_task_or_thread()
-        holds, steps, backend = self._begin(blocking, blocking_timeout, owner, owner)
+        on_cluster = (await self._backend.aroutes()).is_cluster
+        holds, steps, backend = self._begin(blocking, blocking_timeout, owner, owner, on_cluster)
         loop = asyncio.get_running_loop()
         for _lock, hold in holds:
             hold.loop = loop
@@ -705,8 +709,12 @@ class LockGroup:
     def _first_name(self) -> str:
         return next(iter(self.locks))
 
+    @property
+    def _backend(self) -> Backend:
+        return next(iter(self.locks.values())).backend
+
     def _begin(
-        self, blocking: Any, blocking_timeout: Any, owner: Any, task: Any
+        self, blocking: Any, blocking_timeout: Any, owner: Any, task: Any, on_cluster: bool
     ) -> tuple[list[tuple[Lock, Hold]], Any, Backend]:
         blocking, blocking_timeout = waiting_options(
             blocking, blocking_timeout, self.blocking, self.blocking_timeout
@@ -738,7 +746,9 @@ class LockGroup:
             tuning=backend.tuning,
             replicas=backend.acknowledgement(first.min_replicas),
         )
-        steps = acquire_many_steps(_groups([hold.keys for _lock, hold in holds], backend), request)
+        steps = acquire_many_steps(
+            _groups([hold.keys for _lock, hold in holds], on_cluster), request
+        )
         return holds, steps, backend
 
     def _settle(
@@ -845,9 +855,10 @@ def _order(keyed: tuple[LockKeys, Lock]) -> tuple[int, bytes]:
     return keys.bucket, lock.name.encode("utf-8", "surrogatepass")
 
 
-def _groups(keys: list[LockKeys], backend: Backend) -> list[list[LockKeys]]:
-    """One group for a single server; a group per bucket (one slot each) on a cluster."""
-    if not backend.is_cluster:
+def _groups(keys: list[LockKeys], on_cluster: bool) -> list[list[LockKeys]]:
+    """One group for a single server; a group per bucket (one slot each) on a cluster
+    (as the routes the group is sent on say: a factory's client is known once made)."""
+    if not on_cluster:
         return [keys]
     groups: list[list[LockKeys]] = []
     for item in keys:

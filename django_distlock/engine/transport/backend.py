@@ -113,8 +113,13 @@ class Backend:
         self.replica_counts = ReplicaCounts(self.tuning)
         """What ``min_replicas="auto"`` knows of each primary's replicas."""
         self._client = client
-        self.is_cluster = cluster is not None or isinstance(client, redis.cluster.RedisCluster)
-        """True when the locks live on a Redis Cluster (known without any I/O)."""
+        self.is_cluster = (
+            cluster is not None
+            or isinstance(client, redis.cluster.RedisCluster)
+            or isinstance(async_client, redis.asyncio.cluster.RedisCluster)
+        )
+        """True when the locks live on a Redis Cluster (known without any I/O; an
+        ``async_client`` given as a factory is taken for one server)."""
         self._routes = _sync_routes(client, cluster, self.tuning)
         self._loop_routes = LoopRoutes(
             _async_routes_maker(client, async_client, cluster, self.tuning)

@@ -15,7 +15,7 @@ import pytest
 import redis
 import redis.asyncio
 
-from django_distlock.engine import Backend, Event, Lock, LockError, LockKeys
+from django_distlock.engine import Backend, Event, Lock, LockError, LockGroup, LockKeys
 from django_distlock.engine.transport import routes as clusters
 from tests.support.engine import (
     async_client,
@@ -75,6 +75,51 @@ def test_backend_needs_at_least_one_client():
 
 def test_backend_repr_names_the_prefix():
     assert "app:locks:" in repr(Backend(redis.Redis(), prefix="app:locks:"))
+
+
+async def test_a_backend_knows_it_is_on_a_cluster_without_io():
+    """``is_cluster`` is known from what the backend was given, also when that is only an
+    asyncio ``RedisCluster`` (regression: only a sync one or seed URLs counted)."""
+    seeds = ["redis://127.0.0.1:1"]  # nothing is connected to
+    async_cluster = redis.asyncio.cluster.RedisCluster(host="127.0.0.1", port=1)
+    try:
+        assert Backend(cluster=seeds).is_cluster
+        assert Backend(async_client=async_cluster).is_cluster
+        assert "cluster" in repr(Backend(async_client=async_cluster))
+        assert not Backend(redis.Redis(port=1)).is_cluster
+        assert not Backend(async_client=lambda: redis.asyncio.Redis(port=1)).is_cluster
+    finally:
+        await async_cluster.aclose()
+
+
+@pytest.mark.parametrize("given", ["instance", "factory"])
+async def test_a_group_on_a_backend_given_only_an_async_cluster_client(cluster_setup, given):
+    """A group of names in several buckets, on a backend whose only client is an asyncio
+    ``RedisCluster`` (or a factory making one), takes its names a slot at a time
+    (regression: the backend took itself for one server and sent one script for every
+    name: ``CROSSSLOT``)."""
+    cluster_setup.flushall()
+
+    def make() -> redis.asyncio.cluster.RedisCluster:
+        nodes = cluster_setup.startup_nodes
+        return redis.asyncio.cluster.RedisCluster(
+            startup_nodes=[redis.asyncio.cluster.ClusterNode(n.host, n.port) for n in nodes]
+        )
+
+    client = make() if given == "instance" else None
+    backend = Backend(async_client=client if client is not None else make)
+    names = [f"group:{number}" for number in range(8)]
+    assert len({LockKeys.for_name("distlock:", name).bucket for name in names}) > 1
+    try:
+        group = LockGroup(names, backend=backend)
+        assert await group.aacquire()
+        probe = cluster_setup.client()
+        assert all(probe.exists(lock_key(name)) for name in names)
+        await group.arelease()
+    finally:
+        await backend.aclose()
+        if client is not None:
+            await client.aclose()
 
 
 async def test_sync_use_without_a_sync_client_raises_lock_error(redis_server):
