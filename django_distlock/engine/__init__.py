@@ -50,7 +50,8 @@ from .keys import (
 from .listing.query import Listing, LockQuery, Page, current_holder, force_release
 from .listing.records import LockRecord
 from .locks.beside import BesideLock
-from .locks.lock import Lock, LockGroup
+from .locks.group import LockGroup
+from .locks.lock import Lock
 from .process import forget_after_fork
 from .protocol.hold import Event, LostCause, Observer
 from .protocol.ops import Script

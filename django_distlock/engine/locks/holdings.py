@@ -1,5 +1,5 @@
 """What a lock object keeps and decides of its holds, for :class:`~.lock.Lock` and
-:class:`~.lock.LockGroup` alike: the checks of their options that are not names,
+:class:`~.group.LockGroup` alike: the checks of their options that are not names,
 contexts or durations (those are :mod:`..keys`: flags, callbacks, the kind, the backend,
 the waiting options of one acquire); :class:`Holdings`, the acquisitions of one lock
 object by owner (thread or task: finding the caller's, taking a re-entrant one again,
