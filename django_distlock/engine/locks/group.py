@@ -152,9 +152,10 @@ class LockGroup:
         is held). Raises ``LockBackendUnavailable`` if Redis cannot be reached and
         ``LockError`` if the caller already holds them."""
         owner = threading.current_thread()
-        on_cluster = self._backend.routes().is_cluster
-        holds, steps, backend = self._begin(
-            blocking, blocking_timeout, owner, running_task(), on_cluster
+        backend = self._backend
+        on_cluster = backend.routes().is_cluster
+        holds, steps = self._begin(
+            blocking, blocking_timeout, owner, running_task(), backend, on_cluster
         )
         driver = SyncDriver(backend, self._first_name)
         outcome = driver.run(steps)
@@ -172,8 +173,9 @@ class LockGroup:
     async def _aacquire(self, owner: Any, blocking: Any, blocking_timeout: Any) -> bool:
         if owner is None:
             owner = current_task_or_thread()
-        on_cluster = (await self._backend.aroutes()).is_cluster
-        holds, steps, backend = self._begin(blocking, blocking_timeout, owner, owner, on_cluster)
+        backend = self._backend
+        on_cluster = (await backend.aroutes()).is_cluster
+        holds, steps = self._begin(blocking, blocking_timeout, owner, owner, backend, on_cluster)
         loop = asyncio.get_running_loop()
         for _lock, hold in holds:
             hold.loop = loop
@@ -193,8 +195,16 @@ class LockGroup:
         return next(iter(self.locks.values())).backend
 
     def _begin(
-        self, blocking: Any, blocking_timeout: Any, owner: Any, task: Any, on_cluster: bool
-    ) -> tuple[list[tuple[Lock, Hold]], Any, Backend]:
+        self,
+        blocking: Any,
+        blocking_timeout: Any,
+        owner: Any,
+        task: Any,
+        backend: Backend,
+        on_cluster: bool,
+    ) -> tuple[list[tuple[Lock, Hold]], Any]:
+        """The holds to take and the steps taking them on ``backend`` (the first name's,
+        resolved once; ``on_cluster``: as its routes say)."""
         blocking, blocking_timeout = waiting_options(
             blocking, blocking_timeout, self.blocking, self.blocking_timeout
         )
@@ -206,7 +216,6 @@ class LockGroup:
                     name=lock.name,
                 )
         first = next(iter(self.locks.values()))
-        backend = first.backend
         token = new_token()
         keyed = sorted(
             ((LockKeys.for_name(backend.prefix, lock.name), lock) for lock in self.locks.values()),
@@ -228,7 +237,7 @@ class LockGroup:
         steps = acquire_many_steps(
             _groups([hold.keys for _lock, hold in holds], on_cluster), request
         )
-        return holds, steps, backend
+        return holds, steps
 
     def _settle(
         self,

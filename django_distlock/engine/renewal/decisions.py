@@ -18,7 +18,6 @@ from ..keys import EXCLUSIVE
 from ..protocol.hold import Event, Hold, LostCause, hold_event, report_loss
 from ..protocol.ops import Call
 from ..protocol.replies import released_reply
-from ..protocol.scripts import EXTEND_MANY
 from ..protocol.steps import extend_call, extend_many_call, release_call
 from ..protocol.waiting import wake_call
 
@@ -278,8 +277,8 @@ class RenewalPlan:
         reply or a :class:`LockError` each): a batched renewal's list is spread over its
         holds, its error given to each."""
         spread: list[Any] = [None] * len(self.holds)
-        for call, reply, answered in zip(self.calls, replies, self.answers, strict=True):
-            if call.script is not EXTEND_MANY:
+        for reply, answered in zip(replies, self.answers, strict=True):
+            if len(answered) == 1:  # a call of its own: a batch answers two or more
                 spread[answered[0]] = reply
                 continue
             if not isinstance(reply, list) or len(reply) != len(answered):
